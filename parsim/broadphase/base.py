@@ -1,0 +1,422 @@
+"""The interface every broad-phase structure implements, and the body table they share.
+
+Contract (all structures, tested against brute force):
+
+* Bodies are axis-aligned boxes ``[lo, hi]`` (closed: boxes that touch overlap) with caller-chosen
+  ids, unique non-negative int64 (parsim passes global uids).
+* ``add`` / ``update`` / ``remove`` take arrays: one call handles a whole batch, so per-call Python
+  overhead does not matter.
+* ``add_infinite`` registers bodies that overlap everything (planes). They pair with every finite
+  body but not with each other (two planes are never a contact candidate), and every query returns
+  them (``raycast`` with ``t_enter = 0``, a lower bound).
+* ``pairs()`` returns every overlapping pair exactly once as a row ``(a, b)`` with ``a < b``; the
+  order of rows is unspecified (the engine sorts contacts canonically itself).
+* Query results are sorted by id (``raycast``: by ``t_enter``, ties by id).
+
+Structures keep their finite bodies in a :class:`BodyStore`: dense slots ``0..n-1`` holding id and
+AABB, a uid -> slot :class:`~parsim.broadphase.idmap.IdMap`, and O(1) swap-remove that reports
+which slot moved where so a structure can fix its own per-slot arrays.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+from numba import njit
+
+from .idmap import IdMap, _bucket, map_delete, map_set
+
+
+class BroadPhaseError(ValueError):
+    """Bad input to a broad-phase call (the message names the argument and the fix)."""
+
+
+# --------------------------------------------------------------------------------------------
+# input validation (vectorised; O(n))
+# --------------------------------------------------------------------------------------------
+
+def as_ids(ids, name: str = "ids") -> np.ndarray:
+    arr = np.ascontiguousarray(ids, dtype=np.int64)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise BroadPhaseError(f"{name} must be a 1-D array of int64 ids, got shape {arr.shape}")
+    if arr.size and arr.min() < 0:
+        raise BroadPhaseError(f"{name} must be >= 0; got {int(arr.min())}")
+    return arr
+
+
+def as_boxes(lo, hi, n: int) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.ascontiguousarray(lo, dtype=np.float64)
+    hi = np.ascontiguousarray(hi, dtype=np.float64)
+    for name, a in (("lo", lo), ("hi", hi)):
+        if a.shape != (n, 3):
+            raise BroadPhaseError(f"{name} must have shape ({n}, 3) to match ids, got {a.shape}")
+        if not np.isfinite(a).all():
+            bad = int(np.nonzero(~np.isfinite(a).all(axis=1))[0][0])
+            raise BroadPhaseError(
+                f"{name}[{bad}] = {a[bad].tolist()} is not finite; AABB corners must be finite "
+                "(register unbounded bodies with add_infinite)"
+            )
+    if n and (lo > hi).any():
+        bad = int(np.nonzero((lo > hi).any(axis=1))[0][0])
+        raise BroadPhaseError(
+            f"lo[{bad}] = {lo[bad].tolist()} exceeds hi[{bad}] = {hi[bad].tolist()}; "
+            "pass the lower corner as lo and the upper corner as hi"
+        )
+    return lo, hi
+
+
+def as_point(p, name: str) -> np.ndarray:
+    a = np.ascontiguousarray(p, dtype=np.float64).reshape(-1)
+    if a.shape != (3,) or not np.isfinite(a).all():
+        raise BroadPhaseError(f"{name} must be 3 finite numbers, got {p!r}")
+    return a
+
+
+def check_unique(ids: np.ndarray, name: str = "ids") -> None:
+    if ids.size > 1:
+        s = np.sort(ids)
+        dup = s[1:] == s[:-1]
+        if dup.any():
+            raise BroadPhaseError(f"{name} contains id {int(s[1:][dup][0])} more than once")
+
+
+# --------------------------------------------------------------------------------------------
+# body table
+# --------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _swap_remove(keys, vals, ids_arr, lo, hi, n, slots, move_src, move_dst):
+    """Remove the bodies at ``slots`` (distinct, valid) by moving the last body into each hole.
+
+    Writes the moves in the order applied (``move_src[k] -> move_dst[k]``, -1 where none) and
+    returns the new body count. Reads/writes ids_arr, lo, hi and the id map.
+    """
+    # Slots are given for the state before any removal; a later slot may be moved by an
+    # earlier removal, so track where each original slot currently is via the id.
+    for k in range(slots.shape[0]):
+        move_src[k] = -1
+        move_dst[k] = -1
+    # Resolve ids first: ids of bodies to remove, by their original slot.
+    m = slots.shape[0]
+    rm_ids = np.empty(m, dtype=np.int64)
+    for k in range(m):
+        rm_ids[k] = ids_arr[slots[k]]
+    mask = keys.shape[0] - 1
+    for k in range(m):
+        key = rm_ids[k]
+        # current slot of this id
+        b = _bucket(key, mask)
+        while keys[b] != key:
+            b = (b + 1) & mask
+        s = vals[b]
+        last = n - 1
+        if s != last:
+            ids_arr[s] = ids_arr[last]
+            for d in range(3):
+                lo[s, d] = lo[last, d]
+                hi[s, d] = hi[last, d]
+            map_set(keys, vals, ids_arr[s], s)
+            move_src[k] = last
+            move_dst[k] = s
+        map_delete(keys, vals, key)
+        n -= 1
+    return n
+
+
+@njit(cache=True)
+def apply_moves(arr, move_src, move_dst):
+    """Replay swap-remove moves on a per-slot array (first axis = slot)."""
+    for k in range(move_src.shape[0]):
+        if move_src[k] >= 0:
+            arr[move_dst[k]] = arr[move_src[k]]
+
+
+@njit(cache=True)
+def _mark_unique(slots, seen):
+    """Return the index of the first repeated slot in ``slots`` (or -1); ``seen`` is cleared."""
+    bad = -1
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        if seen[s]:
+            bad = i
+            break
+        seen[s] = True
+    for i in range(slots.shape[0]):
+        seen[slots[i]] = False
+    return bad
+
+
+class BodyStore:
+    """Dense, growable storage of finite bodies: ``ids[:n]``, ``lo[:n]``, ``hi[:n]`` + id map."""
+
+    def __init__(self, capacity: int = 64):
+        capacity = max(int(capacity), 16)
+        self.n = 0
+        self.ids = np.empty(capacity, dtype=np.int64)
+        self.lo = np.empty((capacity, 3), dtype=np.float64)
+        self.hi = np.empty((capacity, 3), dtype=np.float64)
+        self._seen = np.zeros(capacity, dtype=np.bool_)
+        self.map = IdMap(capacity)
+
+    @property
+    def capacity(self) -> int:
+        return self.ids.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.ids.nbytes + self.lo.nbytes + self.hi.nbytes + self._seen.nbytes + self.map.nbytes
+
+    def reserve(self, n_total: int) -> bool:
+        """Make room for ``n_total`` bodies; return True if the arrays were reallocated."""
+        if n_total <= self.capacity:
+            return False
+        cap = self.capacity
+        while cap < n_total:
+            cap *= 2
+        for name in ("ids", "lo", "hi", "_seen"):
+            old = getattr(self, name)
+            new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+            new[: self.n] = old[: self.n]
+            setattr(self, name, new)
+        return True
+
+    def slots_of(self, ids: np.ndarray, name: str = "ids") -> np.ndarray:
+        """Slots of present ids; raises naming the first unknown or repeated id."""
+        n = ids.shape[0]
+        if n == self.n and n and np.array_equal(ids, self.ids[:n]):
+            return np.arange(n, dtype=np.int64)  # the common case: same order as stored
+        slots = self.map.lookup(ids)
+        if n and slots.min() < 0:
+            bad = int(ids[np.argmin(slots)])
+            raise BroadPhaseError(f"{name} contains id {bad}, which was never added (or was removed)")
+        bad = _mark_unique(slots, self._seen)
+        if bad >= 0:
+            raise BroadPhaseError(f"{name} contains id {int(ids[bad])} more than once")
+        return slots
+
+    def check_absent(self, ids: np.ndarray) -> None:
+        if ids.size and self.n:
+            present = self.map.lookup(ids) >= 0
+            if present.any():
+                raise BroadPhaseError(
+                    f"id {int(ids[present][0])} is already present; remove it first or use update()"
+                )
+
+    def append(self, ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Append validated new bodies; return their slots."""
+        k = ids.shape[0]
+        self.reserve(self.n + k)
+        slots = np.arange(self.n, self.n + k, dtype=np.int64)
+        self.ids[self.n : self.n + k] = ids
+        self.lo[self.n : self.n + k] = lo
+        self.hi[self.n : self.n + k] = hi
+        self.map.insert(ids, slots)
+        self.n += k
+        return slots
+
+    def swap_remove(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Remove bodies at ``slots``; return the (src, dst) moves to replay on per-slot arrays."""
+        m = slots.shape[0]
+        src = np.empty(m, dtype=np.int64)
+        dst = np.empty(m, dtype=np.int64)
+        self.n = _swap_remove(self.map.keys, self.map.vals, self.ids, self.lo, self.hi,
+                              self.n, slots, src, dst)
+        self.map.count -= m
+        return src, dst
+
+
+# --------------------------------------------------------------------------------------------
+# the interface
+# --------------------------------------------------------------------------------------------
+
+class BroadPhase(ABC):
+    """Common front end: validation, infinite bodies, result conventions.
+
+    Subclasses implement the ``_``-prefixed hooks over ``self.bodies`` (a :class:`BodyStore`).
+    """
+
+    def __init__(self):
+        self.bodies = BodyStore()
+        self._infinite = np.empty(0, dtype=np.int64)  # sorted ids
+
+    # ---- mutation -------------------------------------------------------------------------
+    def add(self, ids, lo, hi) -> None:
+        """Add finite bodies with AABBs ``[lo, hi]`` (float64[n, 3])."""
+        ids = as_ids(ids)
+        lo, hi = as_boxes(lo, hi, ids.shape[0])
+        if ids.size == 0:
+            return
+        check_unique(ids)
+        self.bodies.check_absent(ids)
+        self._check_not_infinite(ids)
+        self._add(ids, lo, hi)
+
+    def update(self, ids, lo, hi) -> None:
+        """Give bodies already added their new AABBs."""
+        ids = as_ids(ids)
+        lo, hi = as_boxes(lo, hi, ids.shape[0])
+        if ids.size == 0:
+            return
+        slots = self.bodies.slots_of(ids)
+        self._update(slots, lo, hi)
+
+    def remove(self, ids) -> None:
+        """Remove bodies (finite or infinite) by id."""
+        ids = as_ids(ids)
+        if ids.size == 0:
+            return
+        check_unique(ids)
+        inf = np.isin(ids, self._infinite)
+        if inf.any():
+            self._infinite = np.setdiff1d(self._infinite, ids[inf])
+            ids = ids[~inf]
+        if ids.size:
+            slots = self.bodies.slots_of(ids)
+            self._remove(slots)
+
+    def add_infinite(self, ids) -> None:
+        """Register bodies that overlap everything (e.g. planes)."""
+        ids = as_ids(ids)
+        check_unique(ids)
+        if np.isin(ids, self._infinite).any():
+            raise BroadPhaseError(f"infinite id {int(ids[np.isin(ids, self._infinite)][0])} is already present")
+        self.bodies.check_absent(ids)
+        self._infinite = np.union1d(self._infinite, ids)
+
+    def _check_not_infinite(self, ids: np.ndarray) -> None:
+        if self._infinite.size:
+            clash = np.isin(ids, self._infinite)
+            if clash.any():
+                raise BroadPhaseError(f"id {int(ids[clash][0])} is already present as an infinite body")
+
+    # ---- results --------------------------------------------------------------------------
+    def pairs(self) -> np.ndarray:
+        """Every overlapping pair exactly once: int64[m, 2] rows ``(a, b)``, ``a < b``."""
+        finite = self._pairs()
+        if self._infinite.size == 0 or self.bodies.n == 0:
+            return finite
+        fin_ids = self.bodies.ids[: self.bodies.n]
+        a = np.repeat(self._infinite, fin_ids.shape[0])
+        b = np.tile(fin_ids, self._infinite.shape[0])
+        inf_pairs = np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1)
+        return np.concatenate([finite, inf_pairs]) if finite.size else inf_pairs
+
+    def query_box(self, lo, hi) -> np.ndarray:
+        """Ids of bodies whose AABB overlaps the box ``[lo, hi]``, sorted."""
+        lo, hi = as_point(lo, "lo"), as_point(hi, "hi")
+        if (lo > hi).any():
+            raise BroadPhaseError(f"query_box: lo {lo.tolist()} exceeds hi {hi.tolist()}")
+        found = self._query_box(lo, hi) if self.bodies.n else np.empty(0, np.int64)
+        return np.union1d(found, self._infinite) if self._infinite.size else np.sort(found)
+
+    def query_radius(self, point, r) -> np.ndarray:
+        """Ids of bodies whose AABB lies within distance ``r`` of ``point``, sorted."""
+        p = as_point(point, "point")
+        r = float(r)
+        if not (np.isfinite(r) and r >= 0):
+            raise BroadPhaseError(f"query_radius: r must be finite and >= 0, got {r}")
+        found = self._query_radius(p, r) if self.bodies.n else np.empty(0, np.int64)
+        return np.union1d(found, self._infinite) if self._infinite.size else np.sort(found)
+
+    def raycast(self, origin, direction, t_max=np.inf) -> tuple[np.ndarray, np.ndarray]:
+        """Bodies whose AABB the segment ``origin + t * direction``, ``0 <= t <= t_max`` enters.
+
+        Returns ``(ids, t_enter)`` sorted by ``t_enter`` (ties by id); ``t_enter`` is 0 for a
+        box containing the origin and for infinite bodies.
+        """
+        o = as_point(origin, "origin")
+        d = as_point(direction, "direction")
+        t_max = float(t_max)
+        if not (t_max >= 0):
+            raise BroadPhaseError(f"raycast: t_max must be >= 0, got {t_max}")
+        if not d.any():
+            raise BroadPhaseError("raycast: direction must not be the zero vector")
+        if self.bodies.n:
+            ids, t = self._raycast(o, d, t_max)
+        else:
+            ids, t = np.empty(0, np.int64), np.empty(0, np.float64)
+        if self._infinite.size:
+            ids = np.concatenate([self._infinite, ids])
+            t = np.concatenate([np.zeros(self._infinite.size), t])
+        order = np.lexsort((ids, t))
+        return ids[order], t[order]
+
+    def __len__(self) -> int:
+        return self.bodies.n + self._infinite.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by this structure's arrays (capacity, not just the used part)."""
+        return self.bodies.nbytes + self._infinite.nbytes + self._nbytes()
+
+    # ---- hooks ----------------------------------------------------------------------------
+    @abstractmethod
+    def _add(self, ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _update(self, slots: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _remove(self, slots: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _pairs(self) -> np.ndarray:
+        """Finite-finite pairs, rows (a, b) with a < b, as ids."""
+
+    @abstractmethod
+    def _query_box(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray: ...
+
+    def _query_radius(self, p: np.ndarray, r: float) -> np.ndarray:
+        cand = self._query_box(p - r, p + r)
+        if cand.size == 0:
+            return cand
+        slots = self.bodies.map.lookup(cand)
+        return cand[box_point_dist2(self.bodies.lo[slots], self.bodies.hi[slots], p) <= r * r]
+
+    @abstractmethod
+    def _raycast(self, o: np.ndarray, d: np.ndarray, t_max: float) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def _nbytes(self) -> int:
+        return 0
+
+
+def box_point_dist2(lo: np.ndarray, hi: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Squared distance from point ``p`` to each box (0 inside)."""
+    d = np.maximum(np.maximum(lo - p, p - hi), 0.0)
+    return np.einsum("ij,ij->i", d, d)
+
+
+@njit(cache=True, inline="always")
+def ray_box_enter(o0, o1, o2, inv0, inv1, inv2, lo, hi, t_max):
+    """Slab test: parameter at which the ray enters the box, or -1 if it misses within t_max.
+
+    ``inv`` are 1/direction components (+-inf for zero components, which the min/max handle
+    except when the origin lies exactly on a slab plane: treated as inside, 0*inf guarded).
+    """
+    t0 = 0.0
+    t1 = t_max
+    for d in range(3):
+        if d == 0:
+            o, inv = o0, inv0
+        elif d == 1:
+            o, inv = o1, inv1
+        else:
+            o, inv = o2, inv2
+        if np.isinf(inv):
+            if o < lo[d] or o > hi[d]:
+                return -1.0
+            continue
+        ta = (lo[d] - o) * inv
+        tb = (hi[d] - o) * inv
+        if ta > tb:
+            ta, tb = tb, ta
+        if ta > t0:
+            t0 = ta
+        if tb < t1:
+            t1 = tb
+        if t0 > t1:
+            return -1.0
+    return t0
