@@ -1,0 +1,925 @@
+"""Numba kernels of the hierarchical hash grid (HHG); the Python front end is ``hashgrids.py``.
+
+Data layout (all flat numpy arrays; see Schornbaum 2009, sections 3.1-3.6):
+
+* ``GridTable`` -- one row per hash grid (at most ``MAX_GRIDS``), created lazily by Algorithm 3:
+  cell size and its inverse, ``bits`` = log2 of the cell count per axis (powers of two, so the
+  modulo of geometric hashing is a bit mask), ``base`` = offset of the grid's cells in the flat
+  ``cells`` array, ``count`` = bodies held, ``order`` = grid ids sorted by cell size (``rank`` is
+  its inverse), ``clo``/``chi`` = grow-only bounds of the centres stored (clip rays), ``n[0]`` =
+  number of grids.
+* ``cells`` -- int32 per cell of every grid: the index of the cell's container, or -1 when empty.
+  That is the only per-cell memory (4 bytes): neighbour offsets are not stored but computed by
+  wrap arithmetic on the three axis indices, and empty cells own no container.
+* ``Containers`` -- dense list of the occupied cells of all grids (this *is* the grid-global list
+  of occupied cells of the thesis): cell, grid, body count, first/last block, a query stamp.
+  Removing the last body of a cell swap-removes its container, O(1).
+* ``BlockPool`` -- a container's bodies live in a doubly linked chain of fixed blocks of
+  ``BLOCK`` int32 slots, taken from one pool with a free list. Every body remembers its entry
+  (``block * BLOCK + offset``), so removal moves the container's last entry into the hole and
+  frees the tail block when it empties: O(1) whatever the cell's population.
+
+A body is hashed by the centre of its AABB; a grid is *suitable* for a body of size ``s`` (longest
+AABB edge) when ``cell / f <= s < cell``. Because every body is smaller than its grid's cell, two
+bodies of one grid can only overlap if their cells are neighbours, and a body overlapping a body of
+a coarser grid H has its centre within the cells of H covering its AABB grown by half a cell of H.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from .brute_force import boxes_overlap
+from .kernels_common import grow_pairs
+
+BLOCK = 4
+MAX_GRIDS = 64
+HASH_LIMIT = 2.0**50  # |coordinate| / cell size above which float64 cannot hash exactly (thesis 3.2)
+
+GridTable = namedtuple("GridTable", "cell inv bits base count order rank clo chi n")
+Containers = namedtuple("Containers", "cell grid size head tail stamp n")
+BlockPool = namedtuple("BlockPool", "entries next prev meta")  # meta: [high-water, free head]
+
+# Half of the 26 neighbour offsets (those lexicographically after (0, 0, 0) in z, y, x order):
+# scanning these from every occupied cell meets each pair of neighbouring cells exactly once.
+HALF_OFFSETS = np.array(
+    [(dx, dy, dz) for dz in (-1, 0, 1) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+     if (dz, dy, dx) > (0, 0, 0)],
+    dtype=np.int64,
+)
+
+# status codes returned by kernels
+OK = 0
+TOO_MANY_GRIDS = 1
+NOT_HASHABLE = 2
+
+
+def new_grid_table() -> GridTable:
+    g = MAX_GRIDS
+    return GridTable(
+        cell=np.zeros(g), inv=np.zeros(g), bits=np.zeros((g, 3), np.int64),
+        base=np.full(g, -1, np.int64), count=np.zeros(g, np.int64),
+        order=np.zeros(g, np.int64), rank=np.zeros(g, np.int64),
+        clo=np.full((g, 3), np.inf), chi=np.full((g, 3), -np.inf), n=np.zeros(1, np.int64),
+    )
+
+
+def new_containers(cap: int) -> Containers:
+    z = lambda: np.zeros(cap, np.int32)  # noqa: E731
+    return Containers(z(), z(), z(), z(), z(), z(), np.zeros(1, np.int64))
+
+
+def new_pool(cap_blocks: int) -> BlockPool:
+    return BlockPool(np.zeros(cap_blocks * BLOCK, np.int32), np.zeros(cap_blocks, np.int32),
+                     np.zeros(cap_blocks, np.int32), np.array([0, -1], np.int64))
+
+
+# ------------------------------------------------------------------------------------------
+# hashing
+# ------------------------------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _coord(x, inv):
+    return np.int64(np.floor(x * inv))
+
+
+@njit(cache=True, inline="always")
+def _index(ix, iy, iz, bits):
+    """Linear cell index of (possibly negative, unbounded) axis indices: wrap by bit mask."""
+    bx = bits[0]
+    by = bits[1]
+    mx = (np.int64(1) << bx) - 1
+    my = (np.int64(1) << by) - 1
+    mz = (np.int64(1) << bits[2]) - 1
+    return (ix & mx) | ((iy & my) << bx) | ((iz & mz) << (bx + by))
+
+
+@njit(cache=True, inline="always")
+def _index_s(ix, iy, iz, bx, by, mx, my, mz):
+    """_index with the grid's shifts and masks already unpacked (hot loops)."""
+    return (ix & mx) | ((iy & my) << bx) | ((iz & mz) << (bx + by))
+
+
+@njit(cache=True, inline="always")
+def _centre_cell(lo, hi, s, inv, bits):
+    return _index(_coord(0.5 * (lo[s, 0] + hi[s, 0]), inv),
+                  _coord(0.5 * (lo[s, 1] + hi[s, 1]), inv),
+                  _coord(0.5 * (lo[s, 2] + hi[s, 2]), inv), bits)
+
+
+@njit(cache=True, inline="always")
+def _size(lo, hi, s):
+    return max(hi[s, 0] - lo[s, 0], hi[s, 1] - lo[s, 1], hi[s, 2] - lo[s, 2])
+
+
+@njit(cache=True, inline="always")
+def _hashable(lo, hi, s, inv):
+    for d in range(3):
+        if abs(0.5 * (lo[s, d] + hi[s, d])) * inv > HASH_LIMIT:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# Algorithm 3: assigning bodies to grids (creating grids lazily)
+# ------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _create_grid(G, cell, pos, init_bits):
+    """Create a grid of the given cell size at rank ``pos`` of the order; return its id."""
+    ng = G.n[0]
+    g = ng
+    G.cell[g] = cell
+    G.inv[g] = 1.0 / cell
+    for d in range(3):
+        G.bits[g, d] = init_bits
+        G.clo[g, d] = np.inf
+        G.chi[g, d] = -np.inf
+    G.base[g] = -1  # cells not allocated yet (the Python owner allocates them)
+    G.count[g] = 0
+    for r in range(ng, pos, -1):
+        G.order[r] = G.order[r - 1]
+    G.order[pos] = g
+    for r in range(ng + 1):
+        G.rank[G.order[r]] = r
+    G.n[0] = ng + 1
+    return g
+
+
+@njit(cache=True)
+def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
+    """Choose (or create) the suitable grid of each body ``idx[i]`` of ``lo``/``hi``.
+
+    Writes ``out_grid[i]``; may append rows to ``G``. Returns ``(status, i)``: OK, or
+    TOO_MANY_GRIDS / NOT_HASHABLE with the offending position ``i``.
+    """
+    sqrt_f = np.sqrt(f)
+    for i in range(idx.shape[0]):
+        s = idx[i]
+        size = _size(lo, hi, s)
+        ng = G.n[0]
+        g = -1
+        if ng == 0:
+            g = _create_grid(G, size * sqrt_f if size > 0.0 else 1.0, 0, init_bits)
+        elif size <= 0.0:
+            g = G.order[0]  # a point fits the finest grid (any cell larger than it would do)
+        else:
+            for r in range(ng):
+                x = G.cell[G.order[r]]
+                if size < x:
+                    x = x / f
+                    if size < x:
+                        while size < x:
+                            x = x / f
+                        if ng == MAX_GRIDS:
+                            return TOO_MANY_GRIDS, i
+                        g = _create_grid(G, x * f, r, init_bits)
+                    else:
+                        g = G.order[r]
+                    break
+            if g < 0:  # larger than every cell: new coarsest grid
+                x = G.cell[G.order[ng - 1]]
+                while size >= x:
+                    x = x * f
+                if ng == MAX_GRIDS:
+                    return TOO_MANY_GRIDS, i
+                g = _create_grid(G, x, ng, init_bits)
+        if not _hashable(lo, hi, s, G.inv[g]):
+            return NOT_HASHABLE, i
+        out_grid[i] = g
+    return OK, -1
+
+
+@njit(cache=True)
+def grid_suitable(size, cell, f, is_finest):
+    """Thesis eq. 3.3.3, except that bodies too small for the finest grid may stay in it."""
+    if size >= cell:
+        return False
+    return size >= cell / f or (is_finest and size <= 0.0)
+
+
+# ------------------------------------------------------------------------------------------
+# containers and blocks
+# ------------------------------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _alloc_block(P):
+    b = P.meta[1]
+    if b >= 0:
+        P.meta[1] = P.next[b]
+    else:
+        b = P.meta[0]
+        P.meta[0] = b + 1
+    P.next[b] = -1
+    P.prev[b] = -1
+    return b
+
+
+@njit(cache=True, inline="always")
+def _free_block(P, b):
+    P.next[b] = P.meta[1]
+    P.meta[1] = b
+
+
+@njit(cache=True)
+def _insert_one(s, g, cell, b_entry, G, cells, C, P):
+    k = cells[G.base[g] + cell]
+    if k < 0:
+        k = C.n[0]
+        C.n[0] = k + 1
+        C.cell[k] = cell
+        C.grid[k] = g
+        C.size[k] = 0
+        b = _alloc_block(P)
+        C.head[k] = b
+        C.tail[k] = b
+        C.stamp[k] = 0
+        cells[G.base[g] + cell] = k
+    p = C.size[k]
+    r = p % BLOCK
+    if p > 0 and r == 0:
+        nb = _alloc_block(P)
+        t = C.tail[k]
+        P.next[t] = nb
+        P.prev[nb] = t
+        C.tail[k] = nb
+    e = C.tail[k] * BLOCK + r
+    P.entries[e] = s
+    b_entry[s] = e
+    C.size[k] = p + 1
+    G.count[g] += 1
+
+
+@njit(cache=True)
+def _remove_one(s, g, cell, b_entry, G, cells, C, P):
+    k = cells[G.base[g] + cell]
+    e = b_entry[s]
+    p = C.size[k] - 1
+    t = C.tail[k]
+    last_e = t * BLOCK + p % BLOCK
+    if last_e != e:
+        m = P.entries[last_e]
+        P.entries[e] = m
+        b_entry[m] = e
+    C.size[k] = p
+    if p % BLOCK == 0:  # the tail block is empty now
+        pt = P.prev[t]
+        _free_block(P, t)
+        C.tail[k] = pt
+        if pt >= 0:
+            P.next[pt] = -1
+    if p == 0:  # the cell is empty: swap-remove its container
+        cells[G.base[g] + cell] = -1
+        last = C.n[0] - 1
+        if k != last:
+            C.cell[k] = C.cell[last]
+            C.grid[k] = C.grid[last]
+            C.size[k] = C.size[last]
+            C.head[k] = C.head[last]
+            C.tail[k] = C.tail[last]
+            C.stamp[k] = C.stamp[last]
+            cells[G.base[C.grid[k]] + C.cell[k]] = k
+        C.n[0] = last
+    G.count[g] -= 1
+
+
+@njit(cache=True)
+def _bound_centre(G, g, lo, hi, s):
+    for d in range(3):
+        c = 0.5 * (lo[s, d] + hi[s, d])
+        if c < G.clo[g, d]:
+            G.clo[g, d] = c
+        if c > G.chi[g, d]:
+            G.chi[g, d] = c
+
+
+@njit(cache=True)
+def insert_bodies(slots, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P):
+    """Insert bodies (``b_grid`` already set) into the cell of their centre. Writes b_cell, b_entry."""
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        g = b_grid[s]
+        cell = _centre_cell(lo, hi, s, G.inv[g], G.bits[g])
+        b_cell[s] = cell
+        _bound_centre(G, g, lo, hi, s)
+        _insert_one(s, g, cell, b_entry, G, cells, C, P)
+
+
+@njit(cache=True)
+def remove_bodies(slots, b_grid, b_cell, b_entry, G, cells, C, P):
+    """Take bodies out of their cells (their slots stay); sets b_grid to -1."""
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        g = b_grid[s]
+        if g >= 0:
+            _remove_one(s, g, b_cell[s], b_entry, G, cells, C, P)
+            b_grid[s] = -1
+
+
+@njit(cache=True)
+def relocate_bodies(move_src, move_dst, b_grid, b_cell, b_entry, P):
+    """Replay the body store's swap-remove moves on the per-body arrays and the cell entries."""
+    for k in range(move_src.shape[0]):
+        src = move_src[k]
+        if src < 0:
+            continue
+        dst = move_dst[k]
+        b_grid[dst] = b_grid[src]
+        b_cell[dst] = b_cell[src]
+        b_entry[dst] = b_entry[src]
+        if b_grid[dst] >= 0:
+            P.entries[b_entry[dst]] = dst
+
+
+@njit(cache=True)
+def drop_grids(grown, b_grid, G, cells, C, P, out_slots):
+    """Empty every grid with ``grown[g]``: free its containers, list its bodies in ``out_slots``.
+
+    Used before a grid's cell count is doubled (all its bodies are re-inserted afterwards).
+    Returns the number of slots written. Containers are visited from the end so that the
+    swap-remove only ever moves an already visited (kept) container.
+    """
+    m = 0
+    k = C.n[0] - 1
+    while k >= 0:
+        g = C.grid[k]
+        if grown[g]:
+            b = C.head[k]
+            rem = C.size[k]
+            while rem > 0:
+                cnt = min(rem, BLOCK)
+                for j in range(cnt):
+                    out_slots[m] = P.entries[b * BLOCK + j]
+                    m += 1
+                rem -= cnt
+                nb = P.next[b]
+                _free_block(P, b)
+                b = nb
+            last = C.n[0] - 1
+            if k != last:
+                C.cell[k] = C.cell[last]
+                C.grid[k] = C.grid[last]
+                C.size[k] = C.size[last]
+                C.head[k] = C.head[last]
+                C.tail[k] = C.tail[last]
+                C.stamp[k] = C.stamp[last]
+                cells[G.base[C.grid[k]] + C.cell[k]] = k
+            C.n[0] = last
+        k -= 1
+    for g in range(G.n[0]):
+        if grown[g]:
+            G.count[g] = 0
+    return m
+
+
+@njit(cache=True)
+def clear_all(G, cells, C, P):
+    """Empty every grid (keeping their sizes): the 'clear and re-insert' update strategy."""
+    for k in range(C.n[0]):
+        cells[G.base[C.grid[k]] + C.cell[k]] = -1
+    C.n[0] = 0
+    P.meta[0] = 0
+    P.meta[1] = -1
+    for g in range(G.n[0]):
+        G.count[g] = 0
+
+
+# ------------------------------------------------------------------------------------------
+# Algorithm 2: the update phase
+# ------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def update_scan(slots, lo_new, hi_new, b_grid, b_cell, G, f, out_cell):
+    """Pass 1 of the incremental update (no mutation except grow-only centre bounds).
+
+    For each body: if its grid is still suitable, ``out_cell[i]`` = its new cell; else -1 (it must
+    change grid). Returns ``(status, i)``: NOT_HASHABLE at the first body whose centre is too far
+    from the origin for its grid.
+    """
+    finest = G.order[0]
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        g = b_grid[s]
+        size = _size(lo_new, hi_new, i)
+        if grid_suitable(size, G.cell[g], f, g == finest):
+            if not _hashable(lo_new, hi_new, i, G.inv[g]):
+                return NOT_HASHABLE, i
+            out_cell[i] = _centre_cell(lo_new, hi_new, i, G.inv[g], G.bits[g])
+            _bound_centre(G, g, lo_new, hi_new, i)
+        else:
+            out_cell[i] = -1
+    return OK, -1
+
+
+@njit(cache=True)
+def update_apply(slots, lo_new, hi_new, new_cell, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P):
+    """Pass 2: store the new AABBs; move bodies whose cell changed (same grid).
+
+    Bodies with ``new_cell == -1`` are left for the caller (grid change). Returns the number moved.
+    """
+    moved = 0
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        for d in range(3):
+            lo[s, d] = lo_new[i, d]
+            hi[s, d] = hi_new[i, d]
+        c = new_cell[i]
+        if c >= 0 and c != b_cell[s]:
+            g = b_grid[s]
+            _remove_one(s, g, b_cell[s], b_entry, G, cells, C, P)
+            _insert_one(s, g, c, b_entry, G, cells, C, P)
+            b_cell[s] = c
+            moved += 1
+    return moved
+
+
+# ------------------------------------------------------------------------------------------
+# Algorithm 4: the detection step
+# ------------------------------------------------------------------------------------------
+
+@njit(cache=True, inline="always")
+def _gather(k, C, P, buf):
+    """Copy the body slots of container k into buf; return their number."""
+    b = C.head[k]
+    rem = C.size[k]
+    m = 0
+    while rem > 0:
+        cnt = min(rem, BLOCK)
+        base = b * BLOCK
+        for j in range(cnt):
+            buf[m] = P.entries[base + j]
+            m += 1
+        rem -= cnt
+        b = P.next[b]
+    return m
+
+
+@njit(cache=True)
+def containers_in_cell_order(G, cells, C):
+    """Container ids grid by grid, each grid in linear cell order.
+
+    A sequential scan of a grid's cell array (4 bytes per cell, at most ~64 cells per body by the
+    growth rule) is far cheaper than sorting; a grid left with many more cells than bodies (grids
+    never shrink) is sorted instead.
+    """
+    out = np.empty(C.n[0], dtype=np.int64)
+    m = 0
+    for r in range(G.n[0]):
+        g = G.order[r]
+        if G.count[g] == 0:
+            continue
+        n_cells = np.int64(1) << (G.bits[g, 0] + G.bits[g, 1] + G.bits[g, 2])
+        base = G.base[g]
+        if n_cells <= 128 * G.count[g]:
+            for c in range(n_cells):
+                k = cells[base + c]
+                if k >= 0:
+                    out[m] = k
+                    m += 1
+        else:
+            start = m
+            for k in range(C.n[0]):
+                if C.grid[k] == g:
+                    out[m] = k
+                    m += 1
+            keys = np.empty(m - start, dtype=np.int64)
+            for i in range(m - start):
+                keys[i] = C.cell[out[start + i]]
+            perm = np.argsort(keys)
+            tmp = out[start:m].copy()
+            for i in range(m - start):
+                out[start + i] = tmp[perm[i]]
+    return out[:m]
+
+
+@njit(cache=True, inline="always")
+def _overlap_c(clo, chi, i, j):
+    return not (clo[i, 0] > chi[j, 0] or clo[j, 0] > chi[i, 0]
+                or clo[i, 1] > chi[j, 1] or clo[j, 1] > chi[i, 1]
+                or clo[i, 2] > chi[j, 2] or clo[j, 2] > chi[i, 2])
+
+
+@njit(cache=True)
+def find_pairs(ids, lo, hi, G, cells, C, P, half):
+    """Every overlapping pair once (Algorithm 4): within cells, against half of the neighbour
+    cells, and each body against the cells of every coarser grid that can hold an overlapping body.
+
+    The AABBs are first copied, container by container in cell order, into compact arrays
+    (``clo``, ``chi``, ``cid``; the v-th visited container owns ``vstart[v] : vstart[v + 1]``),
+    and each occupied cell temporarily holds its visit index ``v`` instead of its container id
+    (restored before returning). The checks then read neighbouring memory instead of bodies
+    scattered in insertion order: one random read per body instead of several per candidate. For a coarser grid H only the cells holding
+    centres within half a cell of H of the body's AABB are visited (usually 8, at most 27).
+    Returns int64[m, 2] id pairs (a < b).
+    """
+    visit = containers_in_cell_order(G, cells, C)
+    n_vis = visit.shape[0]
+    n_body = 0
+    for k in range(C.n[0]):
+        n_body += C.size[k]
+    clo = np.empty((n_body, 3))
+    chi = np.empty((n_body, 3))
+    cid = np.empty(n_body, dtype=np.int64)
+    vstart = np.empty(n_vis + 1, dtype=np.int64)
+    vcell = np.empty(n_vis, dtype=np.int64)
+    vgrid = np.empty(n_vis, dtype=np.int64)
+    m = 0
+    for v in range(n_vis):
+        k = visit[v]
+        vstart[v] = m
+        vcell[v] = C.cell[k]
+        vgrid[v] = C.grid[k]
+        # while detecting, a cell holds its visit index instead of its container id
+        cells[G.base[C.grid[k]] + C.cell[k]] = v
+        b = C.head[k]
+        rem = C.size[k]
+        while rem > 0:
+            cnt = min(rem, BLOCK)
+            for j in range(cnt):
+                s = P.entries[b * BLOCK + j]
+                for d in range(3):
+                    clo[m, d] = lo[s, d]
+                    chi[m, d] = hi[s, d]
+                cid[m] = ids[s]
+                m += 1
+            rem -= cnt
+            b = P.next[b]
+    vstart[n_vis] = m
+
+    out = np.empty((max(1024, 2 * n_vis), 2), dtype=np.int64)
+    m = 0
+    ng = G.n[0]
+    for v in range(n_vis):
+        g = vgrid[v]
+        a0 = vstart[v]
+        a1 = vstart[v + 1]
+        # pairs inside the cell
+        for a in range(a0, a1):
+            for b in range(a + 1, a1):
+                if _overlap_c(clo, chi, a, b):
+                    if m == out.shape[0]:
+                        out = grow_pairs(out)
+                    out[m, 0] = min(cid[a], cid[b])
+                    out[m, 1] = max(cid[a], cid[b])
+                    m += 1
+        # half of the neighbour cells of the same grid
+        cell = vcell[v]
+        bx = G.bits[g, 0]
+        by = G.bits[g, 1]
+        mx = (np.int64(1) << bx) - 1
+        my = (np.int64(1) << by) - 1
+        mz = (np.int64(1) << G.bits[g, 2]) - 1
+        ix = cell & mx
+        iy = (cell >> bx) & my
+        iz = cell >> (bx + by)
+        base = G.base[g]
+        for o in range(half.shape[0]):
+            v2 = cells[base + _index_s(ix + half[o, 0], iy + half[o, 1], iz + half[o, 2],
+                                       bx, by, mx, my, mz)]
+            if v2 < 0:
+                continue
+            b0 = vstart[v2]
+            b1 = vstart[v2 + 1]
+            for a in range(a0, a1):
+                for b in range(b0, b1):
+                    if _overlap_c(clo, chi, a, b):
+                        if m == out.shape[0]:
+                            out = grow_pairs(out)
+                        out[m, 0] = min(cid[a], cid[b])
+                        out[m, 1] = max(cid[a], cid[b])
+                        m += 1
+        # every coarser grid
+        for r in range(G.rank[g] + 1, ng):
+            h = G.order[r]
+            if G.count[h] == 0:
+                continue
+            inv = G.inv[h]
+            half_cell = 0.5 * G.cell[h]
+            hbase = G.base[h]
+            hbx = G.bits[h, 0]
+            hby = G.bits[h, 1]
+            hmx = (np.int64(1) << hbx) - 1
+            hmy = (np.int64(1) << hby) - 1
+            hmz = (np.int64(1) << G.bits[h, 2]) - 1
+            for a in range(a0, a1):
+                x0 = _coord(clo[a, 0] - half_cell, inv)
+                x1 = _coord(chi[a, 0] + half_cell, inv)
+                y0 = _coord(clo[a, 1] - half_cell, inv)
+                y1 = _coord(chi[a, 1] + half_cell, inv)
+                z0 = _coord(clo[a, 2] - half_cell, inv)
+                z1 = _coord(chi[a, 2] + half_cell, inv)
+                for cz in range(z0, z1 + 1):
+                    for cy in range(y0, y1 + 1):
+                        for cx in range(x0, x1 + 1):
+                            v2 = cells[hbase + _index_s(cx, cy, cz, hbx, hby, hmx, hmy, hmz)]
+                            if v2 < 0:
+                                continue
+                            for b in range(vstart[v2], vstart[v2 + 1]):
+                                if _overlap_c(clo, chi, a, b):
+                                    if m == out.shape[0]:
+                                        out = grow_pairs(out)
+                                    out[m, 0] = min(cid[a], cid[b])
+                                    out[m, 1] = max(cid[a], cid[b])
+                                    m += 1
+    # restore the container ids in the cells
+    for v in range(n_vis):
+        cells[G.base[vgrid[v]] + vcell[v]] = visit[v]
+    return out[:m].copy()
+
+
+@njit(cache=True)
+def max_container_size(C):
+    m = 1
+    for k in range(C.n[0]):
+        if C.size[k] > m:
+            m = C.size[k]
+    return m
+
+
+# ------------------------------------------------------------------------------------------
+# queries
+# ------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi, n_bodies):
+    """Ids of bodies overlapping [qlo, qhi], visiting in each grid only the cells that can hold
+    the centre of an overlapping body (the box grown by half a cell).
+
+    Falls back to scanning every container when the cells to visit outnumber the bodies, or when
+    the box is too far out to hash exactly. Each container is visited at most once per grid
+    because a cell range never wraps onto itself (it is clipped to the grid's extent).
+    """
+    out = np.empty(n_bodies, dtype=np.int64)
+    m = 0
+    buf = np.empty(max_container_size(C), dtype=np.int32)
+    n_visit = 0.0
+    for g in range(G.n[0]):
+        if G.count[g] == 0:
+            continue
+        inv = G.inv[g]
+        hc = 0.5 * G.cell[g]
+        for d in range(3):
+            if max(abs(qlo[d] - hc), abs(qhi[d] + hc)) * inv > HASH_LIMIT:
+                n_visit = np.inf
+        span = 1.0
+        for d in range(3):
+            w = np.floor((qhi[d] + hc) * inv) - np.floor((qlo[d] - hc) * inv) + 1.0
+            span *= min(w, float(np.int64(1) << G.bits[g, d]))
+        n_visit += span
+    if n_visit > C.n[0]:
+        for k in range(C.n[0]):
+            n2 = _gather(k, C, P, buf)
+            for b in range(n2):
+                s = buf[b]
+                if not (lo[s, 0] > qhi[0] or qlo[0] > hi[s, 0] or lo[s, 1] > qhi[1]
+                        or qlo[1] > hi[s, 1] or lo[s, 2] > qhi[2] or qlo[2] > hi[s, 2]):
+                    out[m] = ids[s]
+                    m += 1
+        return out[:m].copy()
+    for g in range(G.n[0]):
+        if G.count[g] == 0:
+            continue
+        inv = G.inv[g]
+        hc = 0.5 * G.cell[g]
+        c0 = np.empty(3, dtype=np.int64)
+        c1 = np.empty(3, dtype=np.int64)
+        for d in range(3):
+            c0[d] = _coord(qlo[d] - hc, inv)
+            c1[d] = _coord(qhi[d] + hc, inv)
+            dim = np.int64(1) << G.bits[g, d]
+            if c1[d] - c0[d] + 1 > dim:
+                c1[d] = c0[d] + dim - 1
+        base = G.base[g]
+        for cz in range(c0[2], c1[2] + 1):
+            for cy in range(c0[1], c1[1] + 1):
+                for cx in range(c0[0], c1[0] + 1):
+                    k = cells[base + _index(cx, cy, cz, G.bits[g])]
+                    if k < 0:
+                        continue
+                    n2 = _gather(k, C, P, buf)
+                    for b in range(n2):
+                        s = buf[b]
+                        if not (lo[s, 0] > qhi[0] or qlo[0] > hi[s, 0] or lo[s, 1] > qhi[1]
+                                or qlo[1] > hi[s, 1] or lo[s, 2] > qhi[2] or qlo[2] > hi[s, 2]):
+                            out[m] = ids[s]
+                            m += 1
+    return out[:m].copy()
+
+
+@njit(cache=True, inline="always")
+def _slab(o, inv_d, lo, hi, s, t0, t1):
+    """Entry parameter of the ray into body s's AABB within [t0, t1], or -1."""
+    for d in range(3):
+        if np.isinf(inv_d[d]):
+            if o[d] < lo[s, d] or o[d] > hi[s, d]:
+                return -1.0
+            continue
+        ta = (lo[s, d] - o[d]) * inv_d[d]
+        tb = (hi[s, d] - o[d]) * inv_d[d]
+        if ta > tb:
+            ta, tb = tb, ta
+        if ta > t0:
+            t0 = ta
+        if tb < t1:
+            t1 = tb
+        if t0 > t1:
+            return -1.0
+    return t0
+
+
+@njit(cache=True)
+def _clip_ray(o, inv_d, blo, bhi, t0, t1):
+    """Clip [t0, t1] to the box [blo, bhi]; returns (t0, t1) with t0 > t1 when it misses."""
+    for d in range(3):
+        if np.isinf(inv_d[d]):
+            if o[d] < blo[d] or o[d] > bhi[d]:
+                return 1.0, 0.0
+            continue
+        ta = (blo[d] - o[d]) * inv_d[d]
+        tb = (bhi[d] - o[d]) * inv_d[d]
+        if ta > tb:
+            ta, tb = tb, ta
+        t0 = max(t0, ta)
+        t1 = min(t1, tb)
+    return t0, t1
+
+
+@njit(cache=True)
+def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
+    """Bodies whose AABB the segment o + t d (0 <= t <= t_max) enters, by grid traversal.
+
+    In every grid the segment is clipped to the grid's centre bounds grown by one cell, then
+    walked cell by cell (Amanatides & Woo); at each cell the 27-neighbourhood is searched, since
+    a hit body's centre lies within half a cell of the hit point. A per-container stamp visits
+    each container once. A grid whose walk would visit more cells than it has bodies is scanned
+    instead. Returns (ids, t_enter), unsorted.
+    """
+    inv_d = np.empty(3)
+    for a in range(3):
+        inv_d[a] = 1.0 / d[a] if d[a] != 0.0 else np.inf
+    n_out = 0
+    cap = 64
+    out = np.empty(cap, dtype=np.int64)
+    tt = np.empty(cap, dtype=np.float64)
+    buf = np.empty(max_container_size(C), dtype=np.int32)
+    p = np.empty(3)
+    cur = np.empty(3, dtype=np.int64)
+    step = np.empty(3, dtype=np.int64)
+    t_next = np.empty(3)
+    t_delta = np.empty(3)
+    blo = np.empty(3)
+    bhi = np.empty(3)
+    for g in range(G.n[0]):
+        if G.count[g] == 0:
+            continue
+        cell = G.cell[g]
+        inv = G.inv[g]
+        for a in range(3):
+            blo[a] = G.clo[g, a] - cell
+            bhi[a] = G.chi[g, a] + cell
+        t0, t1 = _clip_ray(o, inv_d, blo, bhi, 0.0, t_max)
+        if t0 > t1:
+            continue
+        # cells the walk crosses (bound), vs bodies in the grid
+        walk = 4.0
+        far = False
+        for a in range(3):
+            walk += (t1 - t0) * abs(d[a]) * inv
+            p[a] = o[a] + t0 * d[a]
+            if max(abs(blo[a]), abs(bhi[a])) * inv > HASH_LIMIT:
+                far = True
+        scan = far or walk * 27.0 > G.count[g] + 27.0
+        if scan:
+            for k in range(C.n[0]):
+                if C.grid[k] != g:
+                    continue
+                n2 = _gather(k, C, P, buf)
+                for b in range(n2):
+                    s = buf[b]
+                    t = _slab(o, inv_d, lo, hi, s, 0.0, t_max)
+                    if t >= 0.0:
+                        if n_out == cap:
+                            cap *= 2
+                            out2 = np.empty(cap, dtype=np.int64)
+                            tt2 = np.empty(cap)
+                            out2[:n_out] = out[:n_out]
+                            tt2[:n_out] = tt[:n_out]
+                            out = out2
+                            tt = tt2
+                        out[n_out] = ids[s]
+                        tt[n_out] = t
+                        n_out += 1
+            continue
+        stamp[0] += 1
+        mark = stamp[0]
+        for a in range(3):
+            cur[a] = _coord(p[a], inv)
+            if d[a] > 0.0:
+                step[a] = 1
+                t_next[a] = t0 + ((cur[a] + 1) * cell - p[a]) * inv_d[a]
+                t_delta[a] = cell * inv_d[a]
+            elif d[a] < 0.0:
+                step[a] = -1
+                t_next[a] = t0 + (cur[a] * cell - p[a]) * inv_d[a]
+                t_delta[a] = -cell * inv_d[a]
+            else:
+                step[a] = 0
+                t_next[a] = np.inf
+                t_delta[a] = np.inf
+        base = G.base[g]
+        n_steps = 0
+        max_steps = np.int64(walk) + 8
+        while True:
+            for dz in range(-1, 2):
+                for dy in range(-1, 2):
+                    for dx in range(-1, 2):
+                        k = cells[base + _index(cur[0] + dx, cur[1] + dy, cur[2] + dz, G.bits[g])]
+                        if k < 0 or C.stamp[k] == mark:
+                            continue
+                        C.stamp[k] = mark
+                        n2 = _gather(k, C, P, buf)
+                        for b in range(n2):
+                            s = buf[b]
+                            t = _slab(o, inv_d, lo, hi, s, 0.0, t_max)
+                            if t >= 0.0:
+                                if n_out == cap:
+                                    cap *= 2
+                                    out2 = np.empty(cap, dtype=np.int64)
+                                    tt2 = np.empty(cap)
+                                    out2[:n_out] = out[:n_out]
+                                    tt2[:n_out] = tt[:n_out]
+                                    out = out2
+                                    tt = tt2
+                                out[n_out] = ids[s]
+                                tt[n_out] = t
+                                n_out += 1
+            # advance to the next cell along the ray
+            a = 0
+            if t_next[1] < t_next[a]:
+                a = 1
+            if t_next[2] < t_next[a]:
+                a = 2
+            if t_next[a] > t1 or n_steps > max_steps:
+                break
+            cur[a] += step[a]
+            t_next[a] += t_delta[a]
+            n_steps += 1
+    return out[:n_out].copy(), tt[:n_out].copy()
+
+
+# ------------------------------------------------------------------------------------------
+# locality
+# ------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def defragment(G, cells, C, P, b_entry):
+    """Renumber containers in cell order and lay their blocks out contiguously in that order.
+
+    Bodies keep their slots (the caller's order); only the container list and the block pool
+    are rewritten, O(bodies). Afterwards the detection step walks containers, blocks and cells
+    sequentially; the order decays as bodies change cells, so the owner repeats this when the
+    churn since the last call exceeds a fraction of the bodies.
+    """
+    visit = containers_in_cell_order(G, cells, C)
+    n = visit.shape[0]
+    cell = C.cell[:n].copy()
+    grid = C.grid[:n].copy()
+    size = C.size[:n].copy()
+    head = C.head[:n].copy()
+    old_entries = P.entries.copy()
+    old_next = P.next.copy()
+    nb = 0
+    for v in range(n):
+        k = visit[v]
+        C.cell[v] = cell[k]
+        C.grid[v] = grid[k]
+        C.size[v] = size[k]
+        C.stamp[v] = 0
+        cells[G.base[grid[k]] + cell[k]] = v
+        # copy the chain of container k into consecutive new blocks
+        first = nb
+        b = head[k]
+        rem = size[k]
+        e = 0
+        while rem > 0:
+            cnt = min(rem, BLOCK)
+            for j in range(cnt):
+                s = old_entries[b * BLOCK + j]
+                dst = (first + e // BLOCK) * BLOCK + e % BLOCK
+                P.entries[dst] = s
+                b_entry[s] = dst
+                e += 1
+            rem -= cnt
+            b = old_next[b]
+        n_blocks = max(1, (size[k] + BLOCK - 1) // BLOCK)
+        for i in range(n_blocks):
+            P.prev[first + i] = first + i - 1 if i > 0 else -1
+            P.next[first + i] = first + i + 1 if i + 1 < n_blocks else -1
+        C.head[v] = first
+        C.tail[v] = first + n_blocks - 1
+        nb += n_blocks
+    P.meta[0] = nb
+    P.meta[1] = -1

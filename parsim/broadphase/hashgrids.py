@@ -1,0 +1,301 @@
+"""The hierarchical hash grid (HHG) of the pe physics engine (Schornbaum 2009), parsim's default
+broad phase.
+
+Bodies are AABBs; each is stored in exactly one cell of exactly one grid of a hierarchy whose cell
+sizes differ by the hierarchy factor ``f``. Grids are created lazily (Algorithm 3), are hashed and
+spatially unbounded (power-of-two cell counts per axis; the modulo is a bit mask), grow by doubling
+every axis when a grid's bodies exceed ``cells / min_grid_density``, and never shrink. Adding,
+removing and re-hashing a body are O(1) (per-cell block containers with swap-remove, a dense list of
+occupied cells). Below ``activation_threshold`` bodies no grid is built and pairs are found by an
+all-pairs test; above it the grids are built, irrevocably. The update phase (Algorithm 2) re-hashes
+only bodies whose cell or grid changed; ``update_strategy="reinsert"`` clears and re-inserts
+everything instead (kept for comparison, thesis Fig. 25). The detection step (Algorithm 4) reports
+each overlapping pair once. The kernels and the memory layout are in ``hashgrid_kernels.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import hashgrid_kernels as K
+from .base import BroadPhase, BroadPhaseError
+from .brute_force import all_pairs, scan_box, scan_ray
+
+
+class HierarchicalHashGrid(BroadPhase):
+    """Hierarchical hash grid broad phase.
+
+    Parameters
+    ----------
+    hierarchy_factor : float > 1
+        Ratio of the cell sizes of successive grids (thesis default 2).
+    initial_cells : int, power of two >= 4
+        Cells per axis of a newly created grid (thesis: 16, i.e. 4096 cells).
+    min_grid_density : float > 0
+        A grid doubles its cells per axis when its bodies exceed ``cells / min_grid_density``.
+    activation_threshold : int >= 0
+        With at most this many finite bodies no grid is built (all-pairs is faster).
+    update_strategy : {"incremental", "reinsert"}
+        Algorithm 2 (re-hash only what changed) or clear-and-re-insert on every ``update``.
+    """
+
+    def __init__(self, hierarchy_factor: float = 2.0, initial_cells: int = 16,
+                 min_grid_density: float = 8, activation_threshold: int = 32,
+                 update_strategy: str = "incremental"):
+        f = float(hierarchy_factor)
+        if not (math.isfinite(f) and f > 1.0):
+            raise BroadPhaseError(f"hierarchy_factor must be a finite number > 1, got {hierarchy_factor!r}")
+        ic = int(initial_cells)
+        if ic != initial_cells or ic < 4 or ic & (ic - 1):
+            raise BroadPhaseError(
+                f"initial_cells must be a power of two >= 4 (every cell needs 26 distinct "
+                f"neighbours), got {initial_cells!r}")
+        dens = float(min_grid_density)
+        if not (math.isfinite(dens) and dens > 0):
+            raise BroadPhaseError(f"min_grid_density must be a finite number > 0, got {min_grid_density!r}")
+        thr = int(activation_threshold)
+        if thr != activation_threshold or thr < 0:
+            raise BroadPhaseError(f"activation_threshold must be an integer >= 0, got {activation_threshold!r}")
+        if update_strategy not in ("incremental", "reinsert"):
+            raise BroadPhaseError(
+                f"update_strategy must be 'incremental' or 'reinsert', got {update_strategy!r}")
+        super().__init__()
+        self.hierarchy_factor = f
+        self.initial_cells = ic
+        self.min_grid_density = dens
+        self.activation_threshold = thr
+        self.update_strategy = update_strategy
+        self._init_bits = ic.bit_length() - 1
+        self._active = False
+        self._G = K.new_grid_table()
+        self._cells = np.empty(0, dtype=np.int32)
+        cap = self.bodies.capacity
+        self._b_grid = np.full(cap, -1, dtype=np.int8)
+        self._b_cell = np.zeros(cap, dtype=np.int32)
+        self._b_entry = np.zeros(cap, dtype=np.int32)
+        self._C = K.new_containers(cap)
+        self._P = K.new_pool(self._pool_blocks(cap))
+        self._stamp = np.zeros(1, dtype=np.int64)
+        self._churn = 0  # cell changes since the containers were last put in cell order
+
+    # ---- introspection ----------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """True once the grids are built (more than ``activation_threshold`` bodies were held)."""
+        return self._active
+
+    def grid_info(self) -> dict:
+        """The grids, finest first: ``cell_size``, ``dims`` (cells per axis), ``n_bodies``."""
+        ng = int(self._G.n[0])
+        order = self._G.order[:ng]
+        return {
+            "cell_size": self._G.cell[order].copy(),
+            "dims": (np.int64(1) << self._G.bits[order]).astype(np.int64),
+            "n_bodies": self._G.count[order].copy(),
+        }
+
+    def _nbytes(self) -> int:
+        arrays = [self._cells, self._b_grid, self._b_cell, self._b_entry, self._stamp,
+                  *self._G, *self._C, *self._P]
+        return sum(a.nbytes for a in arrays)
+
+    # ---- capacity -----------------------------------------------------------------------------
+    @staticmethod
+    def _pool_blocks(cap: int) -> int:
+        # containers <= bodies and blocks <= containers + bodies / BLOCK: never overflows.
+        return cap + cap // K.BLOCK + 16
+
+    def _reserve(self, n_total: int) -> None:
+        if not self.bodies.reserve(n_total):
+            return
+        cap = self.bodies.capacity
+        for name in ("_b_grid", "_b_cell", "_b_entry"):
+            old = getattr(self, name)
+            new = np.full(cap, -1, dtype=old.dtype) if name == "_b_grid" else np.zeros(cap, old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+        old_c = self._C
+        new_c = K.new_containers(cap)
+        for a, b in zip(old_c[:-1], new_c[:-1]):
+            b[: a.shape[0]] = a
+        new_c.n[0] = old_c.n[0]
+        self._C = new_c
+        old_p = self._P
+        nb = self._pool_blocks(cap)
+        new_p = K.new_pool(nb)
+        new_p.entries[: old_p.entries.shape[0]] = old_p.entries
+        new_p.next[: old_p.next.shape[0]] = old_p.next
+        new_p.prev[: old_p.prev.shape[0]] = old_p.prev
+        new_p.meta[:] = old_p.meta
+        self._P = new_p
+
+    # ---- grid assignment and growth -------------------------------------------------------------
+    def _assign(self, lo, hi, idx) -> np.ndarray:
+        """Grid of each body idx[i] of lo/hi (Algorithm 3); rolls back created grids on error."""
+        out = np.empty(idx.shape[0], dtype=np.int64)
+        n_before = int(self._G.n[0])
+        order_before = self._G.order.copy()
+        status, i = K.assign_grids(lo, hi, idx, out, self._G, self.hierarchy_factor, self._init_bits)
+        if status != K.OK:
+            self._G.n[0] = n_before
+            self._G.order[:] = order_before
+            self._G.rank[order_before[:n_before]] = np.arange(n_before)
+            j = int(idx[i])
+            if status == K.TOO_MANY_GRIDS:
+                raise BroadPhaseError(
+                    f"body {j} (size {float((hi[j] - lo[j]).max())!r}) would need more than "
+                    f"{K.MAX_GRIDS} grids; body sizes span too many hierarchy levels")
+            self._raise_not_hashable(lo, hi, j)
+        return out
+
+    def _raise_not_hashable(self, lo, hi, j) -> None:
+        centre = 0.5 * (lo[j] + hi[j])
+        raise BroadPhaseError(
+            f"body at index {j} has centre {centre.tolist()}, more than 2**50 cells of its grid "
+            "from the origin: float64 cannot hash it exactly (HHG thesis 3.2); shift the "
+            "coordinates closer to the origin or use larger bodies")
+
+    def _prepare_grids(self, pending_grids: np.ndarray) -> np.ndarray:
+        """Allocate cells for new grids and grow grids that the pending bodies would overfill.
+
+        Returns the slots of bodies taken out of grown grids (to be re-inserted with the pending).
+        """
+        G = self._G
+        ng = int(G.n[0])
+        target = G.count[:ng] + np.bincount(pending_grids, minlength=ng)[:ng]
+        bits = G.bits[:ng].copy()
+        for g in range(ng):
+            while target[g] > (1 << int(bits[g].sum())) / self.min_grid_density:
+                if bits[g].sum() >= 30:
+                    raise BroadPhaseError(
+                        f"grid {g} (cell size {G.cell[g]!r}) would exceed 2**30 cells; "
+                        "lower min_grid_density or split the domain over more ranks")
+                bits[g] += 1
+        grown = np.zeros(K.MAX_GRIDS, dtype=np.bool_)
+        grown[:ng] = (bits != G.bits[:ng]).any(axis=1)
+        new = G.base[:ng] < 0
+        if not grown.any() and not new.any():
+            return np.empty(0, dtype=np.int64)
+        dropped = np.empty(self.bodies.n, dtype=np.int64)
+        m = K.drop_grids(grown, self._b_grid, G, self._cells, self._C, self._P, dropped)
+        sizes = np.int64(1) << bits.sum(axis=1)
+        new_base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        cells = np.full(int(sizes.sum()), -1, dtype=np.int32)
+        for g in range(ng):
+            if not grown[g] and not new[g]:
+                old = self._cells[G.base[g] : G.base[g] + sizes[g]]
+                cells[new_base[g] : new_base[g] + sizes[g]] = old
+        self._cells = cells
+        G.base[:ng] = new_base
+        G.bits[:ng] = bits
+        return dropped[:m]
+
+    def _place(self, slots: np.ndarray) -> None:
+        """Insert bodies whose ``_b_grid`` is set, growing grids first (O(1) per body amortised)."""
+        dropped = self._prepare_grids(self._b_grid[slots].astype(np.int64))
+        if dropped.size:
+            slots = np.concatenate([dropped, slots])
+        K.insert_bodies(slots, self.bodies.lo, self.bodies.hi, self._b_grid, self._b_cell,
+                        self._b_entry, self._G, self._cells, self._C, self._P)
+        self._note_churn(slots.shape[0])
+
+    def _note_churn(self, changed: int) -> None:
+        """Re-sort containers into cell order once a quarter of the bodies changed cells."""
+        self._churn += changed
+        if self._churn > max(self.bodies.n // 4, 1024):
+            K.defragment(self._G, self._cells, self._C, self._P, self._b_entry)
+            self._churn = 0
+
+    def _activate(self) -> None:
+        b = self.bodies
+        slots = np.arange(b.n, dtype=np.int64)
+        grids = self._assign(b.lo, b.hi, slots)
+        self._b_grid[: b.n] = grids
+        self._active = True
+        self._place(slots)
+
+    # ---- BroadPhase hooks -------------------------------------------------------------------------
+    def _add(self, ids, lo, hi):
+        b = self.bodies
+        n_total = b.n + ids.shape[0]
+        self._reserve(n_total)
+        if not self._active and n_total <= self.activation_threshold:
+            b.append(ids, lo, hi)
+            return
+        if not self._active:
+            # validate everything before storing anything
+            all_lo = np.concatenate([b.lo[: b.n], lo])
+            all_hi = np.concatenate([b.hi[: b.n], hi])
+            n_grids = int(self._G.n[0])
+            self._assign(all_lo, all_hi, np.arange(n_total, dtype=np.int64))
+            self._G.n[0] = n_grids  # dry run only: _activate assigns again
+            b.append(ids, lo, hi)
+            self._activate()
+            return
+        grids = self._assign(lo, hi, np.arange(ids.shape[0], dtype=np.int64))
+        slots = b.append(ids, lo, hi)
+        self._b_grid[slots] = grids
+        self._place(slots)
+
+    def _update(self, slots, lo, hi):
+        b = self.bodies
+        if not self._active:
+            b.lo[slots] = lo
+            b.hi[slots] = hi
+            return
+        if self.update_strategy == "reinsert":
+            idx = np.arange(slots.shape[0], dtype=np.int64)
+            grids = self._assign(lo, hi, idx)
+            b.lo[slots] = lo
+            b.hi[slots] = hi
+            K.clear_all(self._G, self._cells, self._C, self._P)
+            self._b_grid[slots] = grids
+            self._place(np.arange(b.n, dtype=np.int64))
+            return
+        new_cell = np.empty(slots.shape[0], dtype=np.int64)
+        status, i = K.update_scan(slots, lo, hi, self._b_grid, self._b_cell, self._G,
+                                  self.hierarchy_factor, new_cell)
+        if status != K.OK:
+            self._raise_not_hashable(lo, hi, i)
+        changers = np.flatnonzero(new_cell < 0)
+        if changers.size:
+            grids = self._assign(lo, hi, changers)
+        moved = K.update_apply(slots, lo, hi, new_cell, b.lo, b.hi, self._b_grid, self._b_cell,
+                               self._b_entry, self._G, self._cells, self._C, self._P)
+        self._note_churn(moved)
+        if changers.size:
+            moving = slots[changers]
+            K.remove_bodies(moving, self._b_grid, self._b_cell, self._b_entry, self._G,
+                            self._cells, self._C, self._P)
+            self._b_grid[moving] = grids
+            self._place(moving)
+
+    def _remove(self, slots):
+        if self._active:
+            K.remove_bodies(slots, self._b_grid, self._b_cell, self._b_entry, self._G,
+                            self._cells, self._C, self._P)
+        src, dst = self.bodies.swap_remove(slots)
+        K.relocate_bodies(src, dst, self._b_grid, self._b_cell, self._b_entry, self._P)
+
+    def _pairs(self):
+        b = self.bodies
+        if not self._active:
+            return all_pairs(b.ids, b.lo, b.hi, b.n)
+        return K.find_pairs(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
+                            K.HALF_OFFSETS)
+
+    def _query_box(self, lo, hi):
+        b = self.bodies
+        if not self._active:
+            return scan_box(b.ids, b.lo, b.hi, b.n, lo, hi)
+        return K.query_box_cells(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
+                                 lo, hi, b.n)
+
+    def _raycast(self, o, d, t_max):
+        b = self.bodies
+        if not self._active:
+            return scan_ray(b.ids, b.lo, b.hi, b.n, o, d, t_max)
+        return K.raycast_cells(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
+                               o, d, t_max, self._stamp)
