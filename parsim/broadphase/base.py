@@ -260,6 +260,9 @@ class BroadPhase(ABC):
         lo, hi = as_boxes(lo, hi, ids.shape[0])
         if ids.size == 0:
             return
+        if self._infinite.size and np.isin(ids, self._infinite).any():
+            bad = int(ids[np.isin(ids, self._infinite)][0])
+            raise BroadPhaseError(f"ids contains id {bad}, an infinite body: it has no AABB to update")
         slots = self.bodies.slots_of(ids)
         self._update(slots, lo, hi)
 
@@ -270,11 +273,11 @@ class BroadPhase(ABC):
             return
         check_unique(ids)
         inf = np.isin(ids, self._infinite)
+        finite = ids[~inf]
+        slots = self.bodies.slots_of(finite) if finite.size else None  # validate all first
         if inf.any():
             self._infinite = np.setdiff1d(self._infinite, ids[inf])
-            ids = ids[~inf]
-        if ids.size:
-            slots = self.bodies.slots_of(ids)
+        if slots is not None:
             self._remove(slots)
 
     def add_infinite(self, ids) -> None:

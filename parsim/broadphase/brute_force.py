@@ -6,32 +6,45 @@ import numpy as np
 from numba import njit
 
 from .base import BroadPhase, ray_box_enter
-from .kernels_common import grow_pairs
-
-
-@njit(cache=True, inline="always")
-def boxes_overlap(lo, hi, i, j):
-    """Closed AABB overlap of bodies i and j (touching counts)."""
-    return not (lo[i, 0] > hi[j, 0] or lo[j, 0] > hi[i, 0]
-                or lo[i, 1] > hi[j, 1] or lo[j, 1] > hi[i, 1]
-                or lo[i, 2] > hi[j, 2] or lo[j, 2] > hi[i, 2])
 
 
 @njit(cache=True)
-def all_pairs(ids, lo, hi, n):
-    """Every overlapping pair among the first n bodies (ids, a < b). Reads ids, lo, hi."""
-    out = np.empty((max(16, n), 2), dtype=np.int64)
+def all_pairs_into(ids, lo, hi, n, out):
+    """Every overlapping pair among the first n bodies (ids, a < b), written into ``out``.
+
+    Returns the number of pairs; above ``out.shape[0] - 2`` the buffer overflowed (contents
+    invalid) and the caller retries with that size. Branch-free: every candidate is written and
+    kept only if it overlaps.
+    """
+    rows = out.shape[0]
     m = 0
+    over = 0
     for i in range(n):
+        l0, l1, l2 = lo[i, 0], lo[i, 1], lo[i, 2]
+        h0, h1, h2 = hi[i, 0], hi[i, 1], hi[i, 2]
+        a = ids[i]
         for j in range(i + 1, n):
-            if boxes_overlap(lo, hi, i, j):
-                if m == out.shape[0]:
-                    out = grow_pairs(out)
-                a, b = ids[i], ids[j]
-                out[m, 0] = min(a, b)
-                out[m, 1] = max(a, b)
-                m += 1
-    return out[:m].copy()
+            ok = ((lo[j, 0] <= h0) & (l0 <= hi[j, 0]) & (lo[j, 1] <= h1)
+                  & (l1 <= hi[j, 1]) & (lo[j, 2] <= h2) & (l2 <= hi[j, 2]))
+            b = ids[j]
+            out[m, 0] = min(a, b)
+            out[m, 1] = max(a, b)
+            m += ok
+            if m == rows - 1:
+                over += m
+                m = 0
+    return over + m
+
+
+def all_pairs(ids, lo, hi, n, rows_hint=0):
+    """Every overlapping pair among the first n bodies as int64[m, 2] (a < b)."""
+    rows = max(1024, rows_hint + rows_hint // 4 + 2)
+    out = np.empty((rows, 2), dtype=np.int64)
+    m = all_pairs_into(ids, lo, hi, n, out)
+    if m > rows - 2:
+        out = np.empty((m + 2, 2), dtype=np.int64)
+        m = all_pairs_into(ids, lo, hi, n, out)
+    return out[:m]
 
 
 @njit(cache=True)

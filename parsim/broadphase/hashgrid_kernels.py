@@ -32,8 +32,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .brute_force import boxes_overlap
-from .kernels_common import grow_pairs
+from .kernels_common import radix_argsort
 
 BLOCK = 4
 MAX_GRIDS = 64
@@ -297,15 +296,33 @@ def _bound_centre(G, g, lo, hi, s):
 
 
 @njit(cache=True)
-def insert_bodies(slots, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P):
-    """Insert bodies (``b_grid`` already set) into the cell of their centre. Writes b_cell, b_entry."""
-    for i in range(slots.shape[0]):
+def insert_bodies(slots, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P, sort_above):
+    """Insert bodies (``b_grid`` already set) into the cell of their centre. Writes b_cell, b_entry.
+
+    Batches larger than ``sort_above`` are inserted in cell order (radix sort of the flat cell
+    index), so cells, new containers and blocks are written sequentially and come out in the
+    order the detection step walks them. Returns True if the batch was inserted in cell order.
+    """
+    n = slots.shape[0]
+    for i in range(n):
         s = slots[i]
         g = b_grid[s]
-        cell = _centre_cell(lo, hi, s, G.inv[g], G.bits[g])
-        b_cell[s] = cell
+        b_cell[s] = _centre_cell(lo, hi, s, G.inv[g], G.bits[g])
         _bound_centre(G, g, lo, hi, s)
-        _insert_one(s, g, cell, b_entry, G, cells, C, P)
+    if n > sort_above:
+        keys = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            s = slots[i]
+            keys[i] = G.base[b_grid[s]] + b_cell[s]
+        order = radix_argsort(keys)
+        for i in range(n):
+            s = slots[order[i]]
+            _insert_one(s, b_grid[s], b_cell[s], b_entry, G, cells, C, P)
+        return True
+    for i in range(n):
+        s = slots[i]
+        _insert_one(s, b_grid[s], b_cell[s], b_entry, G, cells, C, P)
+    return False
 
 
 @njit(cache=True)
@@ -497,13 +514,13 @@ def containers_in_cell_order(G, cells, C):
 
 @njit(cache=True, inline="always")
 def _overlap_c(clo, chi, i, j):
-    return not (clo[i, 0] > chi[j, 0] or clo[j, 0] > chi[i, 0]
-                or clo[i, 1] > chi[j, 1] or clo[j, 1] > chi[i, 1]
-                or clo[i, 2] > chi[j, 2] or clo[j, 2] > chi[i, 2])
+    """Closed AABB overlap as 0/1 without branches (most candidates do not overlap)."""
+    return ((clo[i, 0] <= chi[j, 0]) & (clo[j, 0] <= chi[i, 0]) & (clo[i, 1] <= chi[j, 1])
+            & (clo[j, 1] <= chi[i, 1]) & (clo[i, 2] <= chi[j, 2]) & (clo[j, 2] <= chi[i, 2]))
 
 
 @njit(cache=True)
-def find_pairs(ids, lo, hi, G, cells, C, P, half):
+def find_pairs(ids, lo, hi, G, cells, C, P, half, out):
     """Every overlapping pair once (Algorithm 4): within cells, against half of the neighbour
     cells, and each body against the cells of every coarser grid that can hold an overlapping body.
 
@@ -513,7 +530,8 @@ def find_pairs(ids, lo, hi, G, cells, C, P, half):
     (restored before returning). The checks then read neighbouring memory instead of bodies
     scattered in insertion order: one random read per body instead of several per candidate. For a coarser grid H only the cells holding
     centres within half a cell of H of the body's AABB are visited (usually 8, at most 27).
-    Returns int64[m, 2] id pairs (a < b).
+    Writes id pairs (a < b) into ``out`` and returns their number; a number above
+    ``out.shape[0] - 2`` means the buffer overflowed (contents invalid): retry with that size.
     """
     visit = containers_in_cell_order(G, cells, C)
     n_vis = visit.shape[0]
@@ -549,8 +567,9 @@ def find_pairs(ids, lo, hi, G, cells, C, P, half):
             b = P.next[b]
     vstart[n_vis] = m
 
-    out = np.empty((max(1024, 2 * n_vis), 2), dtype=np.int64)
+    rows = out.shape[0]
     m = 0
+    over = 0
     ng = G.n[0]
     for v in range(n_vis):
         g = vgrid[v]
@@ -559,12 +578,13 @@ def find_pairs(ids, lo, hi, G, cells, C, P, half):
         # pairs inside the cell
         for a in range(a0, a1):
             for b in range(a + 1, a1):
-                if _overlap_c(clo, chi, a, b):
-                    if m == out.shape[0]:
-                        out = grow_pairs(out)
-                    out[m, 0] = min(cid[a], cid[b])
-                    out[m, 1] = max(cid[a], cid[b])
-                    m += 1
+                # branch-free: write every candidate, keep it if it overlaps
+                out[m, 0] = min(cid[a], cid[b])
+                out[m, 1] = max(cid[a], cid[b])
+                m += _overlap_c(clo, chi, a, b)
+                if m == rows - 1:  # overflow: keep counting, the caller retries
+                    over += m
+                    m = 0
         # half of the neighbour cells of the same grid
         cell = vcell[v]
         bx = G.bits[g, 0]
@@ -585,12 +605,13 @@ def find_pairs(ids, lo, hi, G, cells, C, P, half):
             b1 = vstart[v2 + 1]
             for a in range(a0, a1):
                 for b in range(b0, b1):
-                    if _overlap_c(clo, chi, a, b):
-                        if m == out.shape[0]:
-                            out = grow_pairs(out)
-                        out[m, 0] = min(cid[a], cid[b])
-                        out[m, 1] = max(cid[a], cid[b])
-                        m += 1
+                    # branch-free: write every candidate, keep it if it overlaps
+                    out[m, 0] = min(cid[a], cid[b])
+                    out[m, 1] = max(cid[a], cid[b])
+                    m += _overlap_c(clo, chi, a, b)
+                    if m == rows - 1:  # overflow: keep counting, the caller retries
+                        over += m
+                        m = 0
         # every coarser grid
         for r in range(G.rank[g] + 1, ng):
             h = G.order[r]
@@ -618,16 +639,17 @@ def find_pairs(ids, lo, hi, G, cells, C, P, half):
                             if v2 < 0:
                                 continue
                             for b in range(vstart[v2], vstart[v2 + 1]):
-                                if _overlap_c(clo, chi, a, b):
-                                    if m == out.shape[0]:
-                                        out = grow_pairs(out)
-                                    out[m, 0] = min(cid[a], cid[b])
-                                    out[m, 1] = max(cid[a], cid[b])
-                                    m += 1
+                                # branch-free: write every candidate, keep it if it overlaps
+                                out[m, 0] = min(cid[a], cid[b])
+                                out[m, 1] = max(cid[a], cid[b])
+                                m += _overlap_c(clo, chi, a, b)
+                                if m == rows - 1:  # overflow: keep counting, the caller retries
+                                    over += m
+                                    m = 0
     # restore the container ids in the cells
     for v in range(n_vis):
         cells[G.base[vgrid[v]] + vcell[v]] = visit[v]
-    return out[:m].copy()
+    return over + m
 
 
 @njit(cache=True)

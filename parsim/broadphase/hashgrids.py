@@ -78,6 +78,7 @@ class HierarchicalHashGrid(BroadPhase):
         self._C = K.new_containers(cap)
         self._P = K.new_pool(self._pool_blocks(cap))
         self._stamp = np.zeros(1, dtype=np.int64)
+        self._last_pairs = 0  # sizes the next pair buffer
         self._churn = 0  # cell changes since the containers were last put in cell order
 
     # ---- introspection ----------------------------------------------------------------------
@@ -197,9 +198,11 @@ class HierarchicalHashGrid(BroadPhase):
         dropped = self._prepare_grids(self._b_grid[slots].astype(np.int64))
         if dropped.size:
             slots = np.concatenate([dropped, slots])
-        K.insert_bodies(slots, self.bodies.lo, self.bodies.hi, self._b_grid, self._b_cell,
-                        self._b_entry, self._G, self._cells, self._C, self._P)
-        self._note_churn(slots.shape[0])
+        in_order = K.insert_bodies(slots, self.bodies.lo, self.bodies.hi, self._b_grid,
+                                   self._b_cell, self._b_entry, self._G, self._cells, self._C,
+                                   self._P, max(4096, self._C.n[0] // 8))
+        if not in_order or self._C.n[0] > slots.shape[0]:
+            self._note_churn(slots.shape[0])
 
     def _note_churn(self, changed: int) -> None:
         """Re-sort containers into cell order once a quarter of the bodies changed cells."""
@@ -283,8 +286,16 @@ class HierarchicalHashGrid(BroadPhase):
         b = self.bodies
         if not self._active:
             return all_pairs(b.ids, b.lo, b.hi, b.n)
-        return K.find_pairs(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
-                            K.HALF_OFFSETS)
+        rows = max(1024, self._last_pairs + self._last_pairs // 4 + 2)
+        out = np.empty((rows, 2), dtype=np.int64)
+        m = K.find_pairs(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
+                         K.HALF_OFFSETS, out)
+        if m > rows - 2:  # overflowed: retry with the exact size
+            out = np.empty((m + 2, 2), dtype=np.int64)
+            m = K.find_pairs(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
+                             K.HALF_OFFSETS, out)
+        self._last_pairs = m
+        return out[:m]
 
     def _query_box(self, lo, hi):
         b = self.bodies
