@@ -520,27 +520,22 @@ def _overlap_c(clo, chi, i, j):
 
 
 @njit(cache=True)
-def find_pairs(ids, lo, hi, G, cells, C, P, half, out):
+def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
     """Every overlapping pair once (Algorithm 4): within cells, against half of the neighbour
     cells, and each body against the cells of every coarser grid that can hold an overlapping body.
 
-    The AABBs are first copied, container by container in cell order, into compact arrays
-    (``clo``, ``chi``, ``cid``; the v-th visited container owns ``vstart[v] : vstart[v + 1]``),
-    and each occupied cell temporarily holds its visit index ``v`` instead of its container id
-    (restored before returning). The checks then read neighbouring memory instead of bodies
-    scattered in insertion order: one random read per body instead of several per candidate. For a coarser grid H only the cells holding
-    centres within half a cell of H of the body's AABB are visited (usually 8, at most 27).
+    The AABBs are first copied into compact arrays (``clo``, ``chi``, ``cid``) grouped by cell, in
+    cell order: the v-th occupied cell owns ``vstart[v] : vstart[v + 1]``. The grouping is a
+    counting sort of the bodies in slot order, keyed by the cell's rank, which each occupied cell
+    holds in ``cells`` instead of its container id while detecting (restored before returning).
+    The checks then read neighbouring memory, and the cost does not depend on how scattered the
+    containers and blocks have become. For a coarser grid H only the cells holding centres within
+    half a cell of H of the body's AABB are visited (usually 8, at most 27).
     Writes id pairs (a < b) into ``out`` and returns their number; a number above
     ``out.shape[0] - 2`` means the buffer overflowed (contents invalid): retry with that size.
     """
     visit = containers_in_cell_order(G, cells, C)
     n_vis = visit.shape[0]
-    n_body = 0
-    for k in range(C.n[0]):
-        n_body += C.size[k]
-    clo = np.empty((n_body, 3))
-    chi = np.empty((n_body, 3))
-    cid = np.empty(n_body, dtype=np.int64)
     vstart = np.empty(n_vis + 1, dtype=np.int64)
     vcell = np.empty(n_vis, dtype=np.int64)
     vgrid = np.empty(n_vis, dtype=np.int64)
@@ -548,24 +543,29 @@ def find_pairs(ids, lo, hi, G, cells, C, P, half, out):
     for v in range(n_vis):
         k = visit[v]
         vstart[v] = m
+        m += C.size[k]
         vcell[v] = C.cell[k]
         vgrid[v] = C.grid[k]
         # while detecting, a cell holds its visit index instead of its container id
         cells[G.base[C.grid[k]] + C.cell[k]] = v
-        b = C.head[k]
-        rem = C.size[k]
-        while rem > 0:
-            cnt = min(rem, BLOCK)
-            for j in range(cnt):
-                s = P.entries[b * BLOCK + j]
-                for d in range(3):
-                    clo[m, d] = lo[s, d]
-                    chi[m, d] = hi[s, d]
-                cid[m] = ids[s]
-                m += 1
-            rem -= cnt
-            b = P.next[b]
     vstart[n_vis] = m
+    # counting sort of the bodies by visit index: bodies are read in slot order (sequential),
+    # only the cell lookup and the write into the compact arrays are scattered
+    clo = np.empty((m, 3))
+    chi = np.empty((m, 3))
+    cid = np.empty(m, dtype=np.int64)
+    fill = vstart[:n_vis].copy()
+    for s in range(n_slots):
+        g = b_grid[s]
+        if g < 0:
+            continue
+        v = cells[G.base[g] + b_cell[s]]
+        j = fill[v]
+        fill[v] = j + 1
+        for d in range(3):
+            clo[j, d] = lo[s, d]
+            chi[j, d] = hi[s, d]
+        cid[j] = ids[s]
 
     rows = out.shape[0]
     m = 0
@@ -890,58 +890,3 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
             t_next[a] += t_delta[a]
             n_steps += 1
     return out[:n_out].copy(), tt[:n_out].copy()
-
-
-# ------------------------------------------------------------------------------------------
-# locality
-# ------------------------------------------------------------------------------------------
-
-@njit(cache=True)
-def defragment(G, cells, C, P, b_entry):
-    """Renumber containers in cell order and lay their blocks out contiguously in that order.
-
-    Bodies keep their slots (the caller's order); only the container list and the block pool
-    are rewritten, O(bodies). Afterwards the detection step walks containers, blocks and cells
-    sequentially; the order decays as bodies change cells, so the owner repeats this when the
-    churn since the last call exceeds a fraction of the bodies.
-    """
-    visit = containers_in_cell_order(G, cells, C)
-    n = visit.shape[0]
-    cell = C.cell[:n].copy()
-    grid = C.grid[:n].copy()
-    size = C.size[:n].copy()
-    head = C.head[:n].copy()
-    old_entries = P.entries.copy()
-    old_next = P.next.copy()
-    nb = 0
-    for v in range(n):
-        k = visit[v]
-        C.cell[v] = cell[k]
-        C.grid[v] = grid[k]
-        C.size[v] = size[k]
-        C.stamp[v] = 0
-        cells[G.base[grid[k]] + cell[k]] = v
-        # copy the chain of container k into consecutive new blocks
-        first = nb
-        b = head[k]
-        rem = size[k]
-        e = 0
-        while rem > 0:
-            cnt = min(rem, BLOCK)
-            for j in range(cnt):
-                s = old_entries[b * BLOCK + j]
-                dst = (first + e // BLOCK) * BLOCK + e % BLOCK
-                P.entries[dst] = s
-                b_entry[s] = dst
-                e += 1
-            rem -= cnt
-            b = old_next[b]
-        n_blocks = max(1, (size[k] + BLOCK - 1) // BLOCK)
-        for i in range(n_blocks):
-            P.prev[first + i] = first + i - 1 if i > 0 else -1
-            P.next[first + i] = first + i + 1 if i + 1 < n_blocks else -1
-        C.head[v] = first
-        C.tail[v] = first + n_blocks - 1
-        nb += n_blocks
-    P.meta[0] = nb
-    P.meta[1] = -1

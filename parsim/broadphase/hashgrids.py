@@ -79,7 +79,6 @@ class HierarchicalHashGrid(BroadPhase):
         self._P = K.new_pool(self._pool_blocks(cap))
         self._stamp = np.zeros(1, dtype=np.int64)
         self._last_pairs = 0  # sizes the next pair buffer
-        self._churn = 0  # cell changes since the containers were last put in cell order
 
     # ---- introspection ----------------------------------------------------------------------
     @property
@@ -198,18 +197,8 @@ class HierarchicalHashGrid(BroadPhase):
         dropped = self._prepare_grids(self._b_grid[slots].astype(np.int64))
         if dropped.size:
             slots = np.concatenate([dropped, slots])
-        in_order = K.insert_bodies(slots, self.bodies.lo, self.bodies.hi, self._b_grid,
-                                   self._b_cell, self._b_entry, self._G, self._cells, self._C,
-                                   self._P, max(4096, self._C.n[0] // 8))
-        if not in_order or self._C.n[0] > slots.shape[0]:
-            self._note_churn(slots.shape[0])
-
-    def _note_churn(self, changed: int) -> None:
-        """Re-sort containers into cell order once a quarter of the bodies changed cells."""
-        self._churn += changed
-        if self._churn > max(self.bodies.n // 4, 1024):
-            K.defragment(self._G, self._cells, self._C, self._P, self._b_entry)
-            self._churn = 0
+        K.insert_bodies(slots, self.bodies.lo, self.bodies.hi, self._b_grid, self._b_cell,
+                        self._b_entry, self._G, self._cells, self._C, self._P, 4096)
 
     def _activate(self) -> None:
         b = self.bodies
@@ -265,9 +254,8 @@ class HierarchicalHashGrid(BroadPhase):
         changers = np.flatnonzero(new_cell < 0)
         if changers.size:
             grids = self._assign(lo, hi, changers)
-        moved = K.update_apply(slots, lo, hi, new_cell, b.lo, b.hi, self._b_grid, self._b_cell,
-                               self._b_entry, self._G, self._cells, self._C, self._P)
-        self._note_churn(moved)
+        K.update_apply(slots, lo, hi, new_cell, b.lo, b.hi, self._b_grid, self._b_cell,
+                       self._b_entry, self._G, self._cells, self._C, self._P)
         if changers.size:
             moving = slots[changers]
             K.remove_bodies(moving, self._b_grid, self._b_cell, self._b_entry, self._G,
@@ -288,12 +276,12 @@ class HierarchicalHashGrid(BroadPhase):
             return all_pairs(b.ids, b.lo, b.hi, b.n)
         rows = max(1024, self._last_pairs + self._last_pairs // 4 + 2)
         out = np.empty((rows, 2), dtype=np.int64)
-        m = K.find_pairs(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
-                         K.HALF_OFFSETS, out)
+        m = K.find_pairs(b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
+                         self._cells, self._C, K.HALF_OFFSETS, out)
         if m > rows - 2:  # overflowed: retry with the exact size
             out = np.empty((m + 2, 2), dtype=np.int64)
-            m = K.find_pairs(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
-                             K.HALF_OFFSETS, out)
+            m = K.find_pairs(b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
+                             self._cells, self._C, K.HALF_OFFSETS, out)
         self._last_pairs = m
         return out[:m]
 
