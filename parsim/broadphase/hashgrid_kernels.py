@@ -32,7 +32,6 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .kernels_common import radix_argsort
 
 BLOCK = 4
 MAX_GRIDS = 64
@@ -296,33 +295,15 @@ def _bound_centre(G, g, lo, hi, s):
 
 
 @njit(cache=True)
-def insert_bodies(slots, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P, sort_above):
-    """Insert bodies (``b_grid`` already set) into the cell of their centre. Writes b_cell, b_entry.
-
-    Batches larger than ``sort_above`` are inserted in cell order (radix sort of the flat cell
-    index), so cells, new containers and blocks are written sequentially and come out in the
-    order the detection step walks them. Returns True if the batch was inserted in cell order.
-    """
-    n = slots.shape[0]
-    for i in range(n):
+def insert_bodies(slots, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P):
+    """Insert bodies (``b_grid`` already set) into the cell of their centre. Writes b_cell, b_entry."""
+    for i in range(slots.shape[0]):
         s = slots[i]
         g = b_grid[s]
-        b_cell[s] = _centre_cell(lo, hi, s, G.inv[g], G.bits[g])
+        cell = _centre_cell(lo, hi, s, G.inv[g], G.bits[g])
+        b_cell[s] = cell
         _bound_centre(G, g, lo, hi, s)
-    if n > sort_above:
-        keys = np.empty(n, dtype=np.int64)
-        for i in range(n):
-            s = slots[i]
-            keys[i] = G.base[b_grid[s]] + b_cell[s]
-        order = radix_argsort(keys)
-        for i in range(n):
-            s = slots[order[i]]
-            _insert_one(s, b_grid[s], b_cell[s], b_entry, G, cells, C, P)
-        return True
-    for i in range(n):
-        s = slots[i]
-        _insert_one(s, b_grid[s], b_cell[s], b_entry, G, cells, C, P)
-    return False
+        _insert_one(s, g, cell, b_entry, G, cells, C, P)
 
 
 @njit(cache=True)

@@ -198,7 +198,7 @@ class HierarchicalHashGrid(BroadPhase):
         if dropped.size:
             slots = np.concatenate([dropped, slots])
         K.insert_bodies(slots, self.bodies.lo, self.bodies.hi, self._b_grid, self._b_cell,
-                        self._b_entry, self._G, self._cells, self._C, self._P, 4096)
+                        self._b_entry, self._G, self._cells, self._C, self._P)
 
     def _activate(self) -> None:
         b = self.bodies
