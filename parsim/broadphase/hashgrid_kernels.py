@@ -101,30 +101,6 @@ def _index_s(ix, iy, iz, bx, by, mx, my, mz):
     return (ix & mx) | ((iy & my) << bx) | ((iz & mz) << (bx + by))
 
 
-@njit(cache=True, inline="always")
-def _centre_cell(lo, hi, s, inv, bits):
-    return _index(_coord(0.5 * (lo[s, 0] + hi[s, 0]), inv),
-                  _coord(0.5 * (lo[s, 1] + hi[s, 1]), inv),
-                  _coord(0.5 * (lo[s, 2] + hi[s, 2]), inv), bits)
-
-
-@njit(cache=True, inline="always")
-def _size(lo, hi, s):
-    return max(hi[s, 0] - lo[s, 0], hi[s, 1] - lo[s, 1], hi[s, 2] - lo[s, 2])
-
-
-@njit(cache=True, inline="always")
-def _hashable(lo, hi, s, inv):
-    for d in range(3):
-        if abs(0.5 * (lo[s, d] + hi[s, d])) * inv > HASH_LIMIT:
-            return False
-    return True
-
-
-# ------------------------------------------------------------------------------------------
-# Algorithm 3: assigning bodies to grids (creating grids lazily)
-# ------------------------------------------------------------------------------------------
-
 @njit(cache=True)
 def _create_grid(G, cell, pos, init_bits):
     """Create a grid of the given cell size at rank ``pos`` of the order; return its id."""
@@ -157,7 +133,7 @@ def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
     sqrt_f = np.sqrt(f)
     for i in range(idx.shape[0]):
         s = idx[i]
-        size = _size(lo, hi, s)
+        size = max(hi[s, 0] - lo[s, 0], hi[s, 1] - lo[s, 1], hi[s, 2] - lo[s, 2])
         ng = G.n[0]
         g = -1
         if ng == 0:
@@ -185,136 +161,147 @@ def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
                 if ng == MAX_GRIDS:
                     return TOO_MANY_GRIDS, i
                 g = _create_grid(G, x, ng, init_bits)
-        if not _hashable(lo, hi, s, G.inv[g]):
+        far = max(abs(0.5 * (lo[s, 0] + hi[s, 0])), abs(0.5 * (lo[s, 1] + hi[s, 1])),
+                  abs(0.5 * (lo[s, 2] + hi[s, 2])))
+        if far * G.inv[g] > HASH_LIMIT:
             return NOT_HASHABLE, i
         out_grid[i] = g
     return OK, -1
-
-
-@njit(cache=True)
-def grid_suitable(size, cell, f, is_finest):
-    """Thesis eq. 3.3.3, except that bodies too small for the finest grid may stay in it."""
-    if size >= cell:
-        return False
-    return size >= cell / f or (is_finest and size <= 0.0)
 
 
 # ------------------------------------------------------------------------------------------
 # containers and blocks
 # ------------------------------------------------------------------------------------------
 
-@njit(cache=True, inline="always")
-def _alloc_block(P):
-    b = P.meta[1]
-    if b >= 0:
-        P.meta[1] = P.next[b]
-    else:
-        b = P.meta[0]
-        P.meta[0] = b + 1
-    P.next[b] = -1
-    P.prev[b] = -1
-    return b
+# Numba note: a jitted helper that takes arrays (or tuples of arrays) as arguments pays an atomic
+# reference-count increment and decrement per array per call, even when inlined; in these
+# per-body loops that cost ~100x the work itself. The helpers are therefore closures defined
+# inside the kernel, which numba inlines with the enclosing arrays captured, not passed.
 
-
-@njit(cache=True, inline="always")
-def _free_block(P, b):
-    P.next[b] = P.meta[1]
-    P.meta[1] = b
+INSERT = 0
+REMOVE = 1
+MOVE = 2
 
 
 @njit(cache=True)
-def _insert_one(s, g, cell, b_entry, G, cells, C, P):
-    k = cells[G.base[g] + cell]
-    if k < 0:
-        k = C.n[0]
-        C.n[0] = k + 1
-        C.cell[k] = cell
-        C.grid[k] = g
-        C.size[k] = 0
-        b = _alloc_block(P)
-        C.head[k] = b
-        C.tail[k] = b
-        C.stamp[k] = 0
-        cells[G.base[g] + cell] = k
-    p = C.size[k]
-    r = p % BLOCK
-    if p > 0 and r == 0:
-        nb = _alloc_block(P)
+def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_entry,
+               G, cells, C, P):
+    """Insert, remove or move bodies in their cells; O(1) each.
+
+    * ``op == INSERT``: put bodies (``b_grid`` already set) into the cell of their centre;
+      writes b_cell, b_entry (``new_cell``, ``lo_new``, ``hi_new`` unused).
+    * ``op == REMOVE``: take bodies out of their cells (their slots stay); sets b_grid to -1.
+    * ``op == MOVE`` (update, pass 2): store ``lo_new[i]``/``hi_new[i]`` as the AABB of
+      ``slots[i]`` and move the body to ``new_cell[i]`` when that is >= 0 and differs from its
+      cell (same grid; -1 marks grid changers, left to the caller).
+
+    A container's bodies sit in a chain of BLOCK-entry blocks; every body remembers its entry
+    (block * BLOCK + offset), so a removal moves the container's last entry into the hole, frees an
+    emptied tail block, and swap-removes an emptied container from the dense list.
+    """
+
+    def alloc_block():
+        b = P.meta[1]
+        if b >= 0:
+            P.meta[1] = P.next[b]
+        else:
+            b = P.meta[0]
+            P.meta[0] = b + 1
+        P.next[b] = -1
+        P.prev[b] = -1
+        return b
+
+    def insert(s, g, cell):
+        k = cells[G.base[g] + cell]
+        if k < 0:
+            k = C.n[0]
+            C.n[0] = k + 1
+            C.cell[k] = cell
+            C.grid[k] = g
+            C.size[k] = 0
+            b = alloc_block()
+            C.head[k] = b
+            C.tail[k] = b
+            C.stamp[k] = 0
+            cells[G.base[g] + cell] = k
+        p = C.size[k]
+        r = p % BLOCK
+        if p > 0 and r == 0:
+            nb = alloc_block()
+            t = C.tail[k]
+            P.next[t] = nb
+            P.prev[nb] = t
+            C.tail[k] = nb
+        e = C.tail[k] * BLOCK + r
+        P.entries[e] = s
+        b_entry[s] = e
+        C.size[k] = p + 1
+        G.count[g] += 1
+
+    def remove(s, g, cell):
+        k = cells[G.base[g] + cell]
+        e = b_entry[s]
+        p = C.size[k] - 1
         t = C.tail[k]
-        P.next[t] = nb
-        P.prev[nb] = t
-        C.tail[k] = nb
-    e = C.tail[k] * BLOCK + r
-    P.entries[e] = s
-    b_entry[s] = e
-    C.size[k] = p + 1
-    G.count[g] += 1
+        last_e = t * BLOCK + p % BLOCK
+        if last_e != e:
+            m = P.entries[last_e]
+            P.entries[e] = m
+            b_entry[m] = e
+        C.size[k] = p
+        if p % BLOCK == 0:  # the tail block is empty now: free it
+            pt = P.prev[t]
+            P.next[t] = P.meta[1]
+            P.meta[1] = t
+            C.tail[k] = pt
+            if pt >= 0:
+                P.next[pt] = -1
+        if p == 0:  # the cell is empty: swap-remove its container
+            cells[G.base[g] + cell] = -1
+            last = C.n[0] - 1
+            if k != last:
+                C.cell[k] = C.cell[last]
+                C.grid[k] = C.grid[last]
+                C.size[k] = C.size[last]
+                C.head[k] = C.head[last]
+                C.tail[k] = C.tail[last]
+                C.stamp[k] = C.stamp[last]
+                cells[G.base[C.grid[k]] + C.cell[k]] = k
+            C.n[0] = last
+        G.count[g] -= 1
 
-
-@njit(cache=True)
-def _remove_one(s, g, cell, b_entry, G, cells, C, P):
-    k = cells[G.base[g] + cell]
-    e = b_entry[s]
-    p = C.size[k] - 1
-    t = C.tail[k]
-    last_e = t * BLOCK + p % BLOCK
-    if last_e != e:
-        m = P.entries[last_e]
-        P.entries[e] = m
-        b_entry[m] = e
-    C.size[k] = p
-    if p % BLOCK == 0:  # the tail block is empty now
-        pt = P.prev[t]
-        _free_block(P, t)
-        C.tail[k] = pt
-        if pt >= 0:
-            P.next[pt] = -1
-    if p == 0:  # the cell is empty: swap-remove its container
-        cells[G.base[g] + cell] = -1
-        last = C.n[0] - 1
-        if k != last:
-            C.cell[k] = C.cell[last]
-            C.grid[k] = C.grid[last]
-            C.size[k] = C.size[last]
-            C.head[k] = C.head[last]
-            C.tail[k] = C.tail[last]
-            C.stamp[k] = C.stamp[last]
-            cells[G.base[C.grid[k]] + C.cell[k]] = k
-        C.n[0] = last
-    G.count[g] -= 1
-
-
-@njit(cache=True)
-def _bound_centre(G, g, lo, hi, s):
-    for d in range(3):
-        c = 0.5 * (lo[s, d] + hi[s, d])
-        if c < G.clo[g, d]:
-            G.clo[g, d] = c
-        if c > G.chi[g, d]:
-            G.chi[g, d] = c
-
-
-@njit(cache=True)
-def insert_bodies(slots, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P):
-    """Insert bodies (``b_grid`` already set) into the cell of their centre. Writes b_cell, b_entry."""
     for i in range(slots.shape[0]):
         s = slots[i]
         g = b_grid[s]
-        cell = _centre_cell(lo, hi, s, G.inv[g], G.bits[g])
-        b_cell[s] = cell
-        _bound_centre(G, g, lo, hi, s)
-        _insert_one(s, g, cell, b_entry, G, cells, C, P)
-
-
-@njit(cache=True)
-def remove_bodies(slots, b_grid, b_cell, b_entry, G, cells, C, P):
-    """Take bodies out of their cells (their slots stay); sets b_grid to -1."""
-    for i in range(slots.shape[0]):
-        s = slots[i]
-        g = b_grid[s]
-        if g >= 0:
-            _remove_one(s, g, b_cell[s], b_entry, G, cells, C, P)
-            b_grid[s] = -1
+        if op == INSERT:
+            inv = G.inv[g]
+            cx = 0.5 * (lo[s, 0] + hi[s, 0])
+            cy = 0.5 * (lo[s, 1] + hi[s, 1])
+            cz = 0.5 * (lo[s, 2] + hi[s, 2])
+            cell = _index_s(_coord(cx, inv), _coord(cy, inv), _coord(cz, inv), G.bits[g, 0],
+                            G.bits[g, 1], (np.int64(1) << G.bits[g, 0]) - 1,
+                            (np.int64(1) << G.bits[g, 1]) - 1, (np.int64(1) << G.bits[g, 2]) - 1)
+            G.clo[g, 0] = min(G.clo[g, 0], cx)
+            G.clo[g, 1] = min(G.clo[g, 1], cy)
+            G.clo[g, 2] = min(G.clo[g, 2], cz)
+            G.chi[g, 0] = max(G.chi[g, 0], cx)
+            G.chi[g, 1] = max(G.chi[g, 1], cy)
+            G.chi[g, 2] = max(G.chi[g, 2], cz)
+            b_cell[s] = cell
+            insert(s, g, cell)
+        elif op == REMOVE:
+            if g >= 0:
+                remove(s, g, b_cell[s])
+                b_grid[s] = -1
+        else:
+            for d in range(3):
+                lo[s, d] = lo_new[i, d]
+                hi[s, d] = hi_new[i, d]
+            c = new_cell[i]
+            if c >= 0 and c != b_cell[s]:
+                remove(s, g, b_cell[s])
+                insert(s, g, c)
+                b_cell[s] = c
 
 
 @njit(cache=True)
@@ -354,7 +341,8 @@ def drop_grids(grown, b_grid, G, cells, C, P, out_slots):
                     m += 1
                 rem -= cnt
                 nb = P.next[b]
-                _free_block(P, b)
+                P.next[b] = P.meta[1]  # free the block
+                P.meta[1] = b
                 b = nb
             last = C.n[0] - 1
             if k != last:
@@ -390,7 +378,7 @@ def clear_all(G, cells, C, P):
 # ------------------------------------------------------------------------------------------
 
 @njit(cache=True)
-def update_scan(slots, lo_new, hi_new, b_grid, b_cell, G, f, out_cell):
+def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
     """Pass 1 of the incremental update (no mutation except grow-only centre bounds).
 
     For each body: if its grid is still suitable, ``out_cell[i]`` = its new cell; else -1 (it must
@@ -399,39 +387,31 @@ def update_scan(slots, lo_new, hi_new, b_grid, b_cell, G, f, out_cell):
     """
     finest = G.order[0]
     for i in range(slots.shape[0]):
-        s = slots[i]
-        g = b_grid[s]
-        size = _size(lo_new, hi_new, i)
-        if grid_suitable(size, G.cell[g], f, g == finest):
-            if not _hashable(lo_new, hi_new, i, G.inv[g]):
+        g = b_grid[slots[i]]
+        size = max(hi_new[i, 0] - lo_new[i, 0], hi_new[i, 1] - lo_new[i, 1],
+                   hi_new[i, 2] - lo_new[i, 2])
+        cell_size = G.cell[g]
+        if size < cell_size and (size >= cell_size / f or (g == finest and size <= 0.0)):
+            inv = G.inv[g]
+            cx = 0.5 * (lo_new[i, 0] + hi_new[i, 0])
+            cy = 0.5 * (lo_new[i, 1] + hi_new[i, 1])
+            cz = 0.5 * (lo_new[i, 2] + hi_new[i, 2])
+            if max(abs(cx), abs(cy), abs(cz)) * inv > HASH_LIMIT:
                 return NOT_HASHABLE, i
-            out_cell[i] = _centre_cell(lo_new, hi_new, i, G.inv[g], G.bits[g])
-            _bound_centre(G, g, lo_new, hi_new, i)
+            out_cell[i] = _index_s(_coord(cx, inv), _coord(cy, inv), _coord(cz, inv),
+                                   G.bits[g, 0], G.bits[g, 1],
+                                   (np.int64(1) << G.bits[g, 0]) - 1,
+                                   (np.int64(1) << G.bits[g, 1]) - 1,
+                                   (np.int64(1) << G.bits[g, 2]) - 1)
+            G.clo[g, 0] = min(G.clo[g, 0], cx)
+            G.clo[g, 1] = min(G.clo[g, 1], cy)
+            G.clo[g, 2] = min(G.clo[g, 2], cz)
+            G.chi[g, 0] = max(G.chi[g, 0], cx)
+            G.chi[g, 1] = max(G.chi[g, 1], cy)
+            G.chi[g, 2] = max(G.chi[g, 2], cz)
         else:
             out_cell[i] = -1
     return OK, -1
-
-
-@njit(cache=True)
-def update_apply(slots, lo_new, hi_new, new_cell, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P):
-    """Pass 2: store the new AABBs; move bodies whose cell changed (same grid).
-
-    Bodies with ``new_cell == -1`` are left for the caller (grid change). Returns the number moved.
-    """
-    moved = 0
-    for i in range(slots.shape[0]):
-        s = slots[i]
-        for d in range(3):
-            lo[s, d] = lo_new[i, d]
-            hi[s, d] = hi_new[i, d]
-        c = new_cell[i]
-        if c >= 0 and c != b_cell[s]:
-            g = b_grid[s]
-            _remove_one(s, g, b_cell[s], b_entry, G, cells, C, P)
-            _insert_one(s, g, c, b_entry, G, cells, C, P)
-            b_cell[s] = c
-            moved += 1
-    return moved
 
 
 # ------------------------------------------------------------------------------------------
@@ -493,13 +473,6 @@ def containers_in_cell_order(G, cells, C):
     return out[:m]
 
 
-@njit(cache=True, inline="always")
-def _overlap_c(clo, chi, i, j):
-    """Closed AABB overlap as 0/1 without branches (most candidates do not overlap)."""
-    return ((clo[i, 0] <= chi[j, 0]) & (clo[j, 0] <= chi[i, 0]) & (clo[i, 1] <= chi[j, 1])
-            & (clo[j, 1] <= chi[i, 1]) & (clo[i, 2] <= chi[j, 2]) & (clo[j, 2] <= chi[i, 2]))
-
-
 @njit(cache=True)
 def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
     """Every overlapping pair once (Algorithm 4): within cells, against half of the neighbour
@@ -518,6 +491,8 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
     visit = containers_in_cell_order(G, cells, C)
     n_vis = visit.shape[0]
     vstart = np.empty(n_vis + 1, dtype=np.int64)
+
+
     vcell = np.empty(n_vis, dtype=np.int64)
     vgrid = np.empty(n_vis, dtype=np.int64)
     m = 0
@@ -535,6 +510,11 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
     clo = np.empty((m, 3))
     chi = np.empty((m, 3))
     cid = np.empty(m, dtype=np.int64)
+
+    def overlap(i, j):  # closed AABB overlap as 0/1, without branches (a closure: see edit_cells)
+        return ((clo[i, 0] <= chi[j, 0]) & (clo[j, 0] <= chi[i, 0]) & (clo[i, 1] <= chi[j, 1])
+                & (clo[j, 1] <= chi[i, 1]) & (clo[i, 2] <= chi[j, 2]) & (clo[j, 2] <= chi[i, 2]))
+
     fill = vstart[:n_vis].copy()
     for s in range(n_slots):
         g = b_grid[s]
@@ -562,7 +542,7 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
                 # branch-free: write every candidate, keep it if it overlaps
                 out[m, 0] = min(cid[a], cid[b])
                 out[m, 1] = max(cid[a], cid[b])
-                m += _overlap_c(clo, chi, a, b)
+                m += overlap(a, b)
                 if m == rows - 1:  # overflow: keep counting, the caller retries
                     over += m
                     m = 0
@@ -589,7 +569,7 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
                     # branch-free: write every candidate, keep it if it overlaps
                     out[m, 0] = min(cid[a], cid[b])
                     out[m, 1] = max(cid[a], cid[b])
-                    m += _overlap_c(clo, chi, a, b)
+                    m += overlap(a, b)
                     if m == rows - 1:  # overflow: keep counting, the caller retries
                         over += m
                         m = 0
@@ -623,7 +603,7 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
                                 # branch-free: write every candidate, keep it if it overlaps
                                 out[m, 0] = min(cid[a], cid[b])
                                 out[m, 1] = max(cid[a], cid[b])
-                                m += _overlap_c(clo, chi, a, b)
+                                m += overlap(a, b)
                                 if m == rows - 1:  # overflow: keep counting, the caller retries
                                     over += m
                                     m = 0

@@ -24,6 +24,10 @@ from .base import BroadPhase, BroadPhaseError
 from .brute_force import all_pairs, scan_box, scan_ray
 
 
+_NO_CELLS = np.empty(0, dtype=np.int64)
+_NO_BOXES = np.empty((0, 3), dtype=np.float64)
+
+
 class HierarchicalHashGrid(BroadPhase):
     """Hierarchical hash grid broad phase.
 
@@ -197,8 +201,15 @@ class HierarchicalHashGrid(BroadPhase):
         dropped = self._prepare_grids(self._b_grid[slots].astype(np.int64))
         if dropped.size:
             slots = np.concatenate([dropped, slots])
-        K.insert_bodies(slots, self.bodies.lo, self.bodies.hi, self._b_grid, self._b_cell,
-                        self._b_entry, self._G, self._cells, self._C, self._P)
+        self._edit(K.INSERT, slots)
+
+    def _edit(self, op, slots, new_cell=None, lo=None, hi=None) -> None:
+        """Insert / remove / move bodies in their cells (one kernel call per batch)."""
+        b = self.bodies
+        if new_cell is None:
+            new_cell, lo, hi = _NO_CELLS, _NO_BOXES, _NO_BOXES
+        K.edit_cells(op, slots, new_cell, lo, hi, b.lo, b.hi, self._b_grid, self._b_cell,
+                     self._b_entry, self._G, self._cells, self._C, self._P)
 
     def _activate(self) -> None:
         b = self.bodies
@@ -247,26 +258,23 @@ class HierarchicalHashGrid(BroadPhase):
             self._place(np.arange(b.n, dtype=np.int64))
             return
         new_cell = np.empty(slots.shape[0], dtype=np.int64)
-        status, i = K.update_scan(slots, lo, hi, self._b_grid, self._b_cell, self._G,
-                                  self.hierarchy_factor, new_cell)
+        status, i = K.update_scan(slots, lo, hi, self._b_grid, self._G, self.hierarchy_factor,
+                                  new_cell)
         if status != K.OK:
             self._raise_not_hashable(lo, hi, i)
         changers = np.flatnonzero(new_cell < 0)
         if changers.size:
             grids = self._assign(lo, hi, changers)
-        K.update_apply(slots, lo, hi, new_cell, b.lo, b.hi, self._b_grid, self._b_cell,
-                       self._b_entry, self._G, self._cells, self._C, self._P)
+        self._edit(K.MOVE, slots, new_cell, lo, hi)
         if changers.size:
             moving = slots[changers]
-            K.remove_bodies(moving, self._b_grid, self._b_cell, self._b_entry, self._G,
-                            self._cells, self._C, self._P)
+            self._edit(K.REMOVE, moving)
             self._b_grid[moving] = grids
             self._place(moving)
 
     def _remove(self, slots):
         if self._active:
-            K.remove_bodies(slots, self._b_grid, self._b_cell, self._b_entry, self._G,
-                            self._cells, self._C, self._P)
+            self._edit(K.REMOVE, slots)
         src, dst = self.bodies.swap_remove(slots)
         K.relocate_bodies(src, dst, self._b_grid, self._b_cell, self._b_entry, self._P)
 
