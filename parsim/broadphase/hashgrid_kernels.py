@@ -627,7 +627,7 @@ def max_container_size(C):
 # ------------------------------------------------------------------------------------------
 
 @njit(cache=True)
-def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi, n_bodies):
+def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi):
     """Ids of bodies overlapping [qlo, qhi], visiting in each grid only the cells that can hold
     the centre of an overlapping body (the box grown by half a cell).
 
@@ -635,9 +635,30 @@ def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi, n_bodies):
     the box is too far out to hash exactly. Each container is visited at most once per grid
     because a cell range never wraps onto itself (it is clipped to the grid's extent).
     """
-    out = np.empty(n_bodies, dtype=np.int64)
-    m = 0
-    buf = np.empty(max_container_size(C), dtype=np.int32)
+    out = np.empty(64, dtype=np.int64)
+    found = np.zeros(1, dtype=np.int64)
+
+    def scan(k, out):  # test the bodies of container k; returns the (possibly grown) output
+        m = found[0]
+        b = C.head[k]
+        rem = C.size[k]
+        while rem > 0:
+            cnt = min(rem, BLOCK)
+            for j in range(cnt):
+                s = P.entries[b * BLOCK + j]
+                if not (lo[s, 0] > qhi[0] or qlo[0] > hi[s, 0] or lo[s, 1] > qhi[1]
+                        or qlo[1] > hi[s, 1] or lo[s, 2] > qhi[2] or qlo[2] > hi[s, 2]):
+                    if m == out.shape[0]:
+                        grown = np.empty(2 * m, dtype=np.int64)
+                        grown[:m] = out
+                        out = grown
+                    out[m] = ids[s]
+                    m += 1
+            rem -= cnt
+            b = P.next[b]
+        found[0] = m
+        return out
+
     n_visit = 0.0
     for g in range(G.n[0]):
         if G.count[g] == 0:
@@ -654,21 +675,15 @@ def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi, n_bodies):
         n_visit += span
     if n_visit > C.n[0]:
         for k in range(C.n[0]):
-            n2 = _gather(k, C, P, buf)
-            for b in range(n2):
-                s = buf[b]
-                if not (lo[s, 0] > qhi[0] or qlo[0] > hi[s, 0] or lo[s, 1] > qhi[1]
-                        or qlo[1] > hi[s, 1] or lo[s, 2] > qhi[2] or qlo[2] > hi[s, 2]):
-                    out[m] = ids[s]
-                    m += 1
-        return out[:m].copy()
+            out = scan(k, out)
+        return out[: found[0]].copy()
+    c0 = np.empty(3, dtype=np.int64)
+    c1 = np.empty(3, dtype=np.int64)
     for g in range(G.n[0]):
         if G.count[g] == 0:
             continue
         inv = G.inv[g]
         hc = 0.5 * G.cell[g]
-        c0 = np.empty(3, dtype=np.int64)
-        c1 = np.empty(3, dtype=np.int64)
         for d in range(3):
             c0[d] = _coord(qlo[d] - hc, inv)
             c1[d] = _coord(qhi[d] + hc, inv)
@@ -676,20 +691,18 @@ def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi, n_bodies):
             if c1[d] - c0[d] + 1 > dim:
                 c1[d] = c0[d] + dim - 1
         base = G.base[g]
+        bx = G.bits[g, 0]
+        by = G.bits[g, 1]
+        mx = (np.int64(1) << bx) - 1
+        my = (np.int64(1) << by) - 1
+        mz = (np.int64(1) << G.bits[g, 2]) - 1
         for cz in range(c0[2], c1[2] + 1):
             for cy in range(c0[1], c1[1] + 1):
                 for cx in range(c0[0], c1[0] + 1):
-                    k = cells[base + _index(cx, cy, cz, G.bits[g])]
-                    if k < 0:
-                        continue
-                    n2 = _gather(k, C, P, buf)
-                    for b in range(n2):
-                        s = buf[b]
-                        if not (lo[s, 0] > qhi[0] or qlo[0] > hi[s, 0] or lo[s, 1] > qhi[1]
-                                or qlo[1] > hi[s, 1] or lo[s, 2] > qhi[2] or qlo[2] > hi[s, 2]):
-                            out[m] = ids[s]
-                            m += 1
-    return out[:m].copy()
+                    k = cells[base + _index_s(cx, cy, cz, bx, by, mx, my, mz)]
+                    if k >= 0:
+                        out = scan(k, out)
+    return out[: found[0]].copy()
 
 
 @njit(cache=True, inline="always")

@@ -298,7 +298,7 @@ class HierarchicalHashGrid(BroadPhase):
         if not self._active:
             return scan_box(b.ids, b.lo, b.hi, b.n, lo, hi)
         return K.query_box_cells(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
-                                 lo, hi, b.n)
+                                 lo, hi)
 
     def _raycast(self, o, d, t_max):
         b = self.bodies
