@@ -32,6 +32,8 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from .base import ray_box_enter
+
 
 BLOCK = 4
 MAX_GRIDS = 64
@@ -82,17 +84,6 @@ def new_pool(cap_blocks: int) -> BlockPool:
 @njit(cache=True, inline="always")
 def _coord(x, inv):
     return np.int64(np.floor(x * inv))
-
-
-@njit(cache=True, inline="always")
-def _index(ix, iy, iz, bits):
-    """Linear cell index of (possibly negative, unbounded) axis indices: wrap by bit mask."""
-    bx = bits[0]
-    by = bits[1]
-    mx = (np.int64(1) << bx) - 1
-    my = (np.int64(1) << by) - 1
-    mz = (np.int64(1) << bits[2]) - 1
-    return (ix & mx) | ((iy & my) << bx) | ((iz & mz) << (bx + by))
 
 
 @njit(cache=True, inline="always")
@@ -418,23 +409,6 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
 # Algorithm 4: the detection step
 # ------------------------------------------------------------------------------------------
 
-@njit(cache=True, inline="always")
-def _gather(k, C, P, buf):
-    """Copy the body slots of container k into buf; return their number."""
-    b = C.head[k]
-    rem = C.size[k]
-    m = 0
-    while rem > 0:
-        cnt = min(rem, BLOCK)
-        base = b * BLOCK
-        for j in range(cnt):
-            buf[m] = P.entries[base + j]
-            m += 1
-        rem -= cnt
-        b = P.next[b]
-    return m
-
-
 @njit(cache=True)
 def containers_in_cell_order(G, cells, C):
     """Container ids grid by grid, each grid in linear cell order.
@@ -614,19 +588,6 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
 
 
 @njit(cache=True)
-def max_container_size(C):
-    m = 1
-    for k in range(C.n[0]):
-        if C.size[k] > m:
-            m = C.size[k]
-    return m
-
-
-# ------------------------------------------------------------------------------------------
-# queries
-# ------------------------------------------------------------------------------------------
-
-@njit(cache=True)
 def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi):
     """Ids of bodies overlapping [qlo, qhi], visiting in each grid only the cells that can hold
     the centre of an overlapping body (the box grown by half a cell).
@@ -705,27 +666,6 @@ def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi):
     return out[: found[0]].copy()
 
 
-@njit(cache=True, inline="always")
-def _slab(o, inv_d, lo, hi, s, t0, t1):
-    """Entry parameter of the ray into body s's AABB within [t0, t1], or -1."""
-    for d in range(3):
-        if np.isinf(inv_d[d]):
-            if o[d] < lo[s, d] or o[d] > hi[s, d]:
-                return -1.0
-            continue
-        ta = (lo[s, d] - o[d]) * inv_d[d]
-        tb = (hi[s, d] - o[d]) * inv_d[d]
-        if ta > tb:
-            ta, tb = tb, ta
-        if ta > t0:
-            t0 = ta
-        if tb < t1:
-            t1 = tb
-        if t0 > t1:
-            return -1.0
-    return t0
-
-
 @njit(cache=True)
 def _clip_ray(o, inv_d, blo, bhi, t0, t1):
     """Clip [t0, t1] to the box [blo, bhi]; returns (t0, t1) with t0 > t1 when it misses."""
@@ -756,11 +696,36 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
     inv_d = np.empty(3)
     for a in range(3):
         inv_d[a] = 1.0 / d[a] if d[a] != 0.0 else np.inf
-    n_out = 0
-    cap = 64
-    out = np.empty(cap, dtype=np.int64)
-    tt = np.empty(cap, dtype=np.float64)
-    buf = np.empty(max_container_size(C), dtype=np.int32)
+    out = np.empty(64, dtype=np.int64)
+    tt = np.empty(64, dtype=np.float64)
+    found = np.zeros(1, dtype=np.int64)
+
+    def test(k, out, tt):  # slab-test the bodies of container k; returns the grown outputs
+        m = found[0]
+        b = C.head[k]
+        rem = C.size[k]
+        while rem > 0:
+            cnt = min(rem, BLOCK)
+            for j in range(cnt):
+                s = P.entries[b * BLOCK + j]
+                t = ray_box_enter(o[0], o[1], o[2], inv_d[0], inv_d[1], inv_d[2], lo[s], hi[s],
+                                  t_max)
+                if t >= 0.0:
+                    if m == out.shape[0]:
+                        out2 = np.empty(2 * m, dtype=np.int64)
+                        tt2 = np.empty(2 * m, dtype=np.float64)
+                        out2[:m] = out
+                        tt2[:m] = tt
+                        out = out2
+                        tt = tt2
+                    out[m] = ids[s]
+                    tt[m] = t
+                    m += 1
+            rem -= cnt
+            b = P.next[b]
+        found[0] = m
+        return out, tt
+
     p = np.empty(3)
     cur = np.empty(3, dtype=np.int64)
     step = np.empty(3, dtype=np.int64)
@@ -790,24 +755,8 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
         scan = far or walk * 27.0 > G.count[g] + 27.0
         if scan:
             for k in range(C.n[0]):
-                if C.grid[k] != g:
-                    continue
-                n2 = _gather(k, C, P, buf)
-                for b in range(n2):
-                    s = buf[b]
-                    t = _slab(o, inv_d, lo, hi, s, 0.0, t_max)
-                    if t >= 0.0:
-                        if n_out == cap:
-                            cap *= 2
-                            out2 = np.empty(cap, dtype=np.int64)
-                            tt2 = np.empty(cap)
-                            out2[:n_out] = out[:n_out]
-                            tt2[:n_out] = tt[:n_out]
-                            out = out2
-                            tt = tt2
-                        out[n_out] = ids[s]
-                        tt[n_out] = t
-                        n_out += 1
+                if C.grid[k] == g:
+                    out, tt = test(k, out, tt)
             continue
         stamp[0] += 1
         mark = stamp[0]
@@ -826,32 +775,23 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
                 t_next[a] = np.inf
                 t_delta[a] = np.inf
         base = G.base[g]
+        bx = G.bits[g, 0]
+        by = G.bits[g, 1]
+        mx = (np.int64(1) << bx) - 1
+        my = (np.int64(1) << by) - 1
+        mz = (np.int64(1) << G.bits[g, 2]) - 1
         n_steps = 0
         max_steps = np.int64(walk) + 8
         while True:
             for dz in range(-1, 2):
                 for dy in range(-1, 2):
                     for dx in range(-1, 2):
-                        k = cells[base + _index(cur[0] + dx, cur[1] + dy, cur[2] + dz, G.bits[g])]
+                        k = cells[base + _index_s(cur[0] + dx, cur[1] + dy, cur[2] + dz,
+                                                  bx, by, mx, my, mz)]
                         if k < 0 or C.stamp[k] == mark:
                             continue
                         C.stamp[k] = mark
-                        n2 = _gather(k, C, P, buf)
-                        for b in range(n2):
-                            s = buf[b]
-                            t = _slab(o, inv_d, lo, hi, s, 0.0, t_max)
-                            if t >= 0.0:
-                                if n_out == cap:
-                                    cap *= 2
-                                    out2 = np.empty(cap, dtype=np.int64)
-                                    tt2 = np.empty(cap)
-                                    out2[:n_out] = out[:n_out]
-                                    tt2[:n_out] = tt[:n_out]
-                                    out = out2
-                                    tt = tt2
-                                out[n_out] = ids[s]
-                                tt[n_out] = t
-                                n_out += 1
+                        out, tt = test(k, out, tt)
             # advance to the next cell along the ray
             a = 0
             if t_next[1] < t_next[a]:
@@ -863,4 +803,5 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
             cur[a] += step[a]
             t_next[a] += t_delta[a]
             n_steps += 1
+    n_out = found[0]
     return out[:n_out].copy(), tt[:n_out].copy()
