@@ -386,6 +386,23 @@ class BroadPhase(ABC):
         return 0
 
 
+def collect_pairs(kernel, args: tuple, expected: int) -> tuple[np.ndarray, int]:
+    """Run a count-and-retry pair kernel ``m = kernel(*args, out)``; return ``(pairs, m)``.
+
+    The pair kernels write into a caller-sized ``out`` (int64[rows, 2]) without bounds checks in
+    the hot loop and return the true count, which exceeds ``rows - 2`` when the buffer was too
+    small (contents invalid): then they run once more with the exact size. ``expected`` (e.g. the
+    previous count) sizes the first buffer with 25 % headroom.
+    """
+    rows = max(1024, expected + expected // 4) + 2
+    out = np.empty((rows, 2), dtype=np.int64)
+    m = kernel(*args, out)
+    if m > rows - 2:
+        out = np.empty((m + 2, 2), dtype=np.int64)
+        m = kernel(*args, out)
+    return (out[:m].copy() if rows > 2 * m + 64 else out[:m]), m
+
+
 def box_point_dist2(lo: np.ndarray, hi: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Squared distance from point ``p`` to each box (0 inside)."""
     d = np.maximum(np.maximum(lo - p, p - hi), 0.0)

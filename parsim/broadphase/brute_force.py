@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import BroadPhase, ray_box_enter
+from .base import BroadPhase, collect_pairs, ray_box_enter
 
 
 @njit(cache=True)
@@ -36,15 +36,9 @@ def all_pairs_into(ids, lo, hi, n, out):
     return over + m
 
 
-def all_pairs(ids, lo, hi, n, rows_hint=0):
+def all_pairs(ids, lo, hi, n, expected=0):
     """Every overlapping pair among the first n bodies as int64[m, 2] (a < b)."""
-    rows = max(1024, rows_hint + rows_hint // 4 + 2)
-    out = np.empty((rows, 2), dtype=np.int64)
-    m = all_pairs_into(ids, lo, hi, n, out)
-    if m > rows - 2:
-        out = np.empty((m + 2, 2), dtype=np.int64)
-        m = all_pairs_into(ids, lo, hi, n, out)
-    return out[:m]
+    return collect_pairs(all_pairs_into, (ids, lo, hi, n), expected)[0]
 
 
 @njit(cache=True)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from . import hashgrid_kernels as K
-from .base import BroadPhase, BroadPhaseError
+from .base import BroadPhase, BroadPhaseError, collect_pairs
 from .brute_force import all_pairs, scan_box, scan_ray
 
 
@@ -282,16 +282,10 @@ class HierarchicalHashGrid(BroadPhase):
         b = self.bodies
         if not self._active:
             return all_pairs(b.ids, b.lo, b.hi, b.n)
-        rows = max(1024, self._last_pairs + self._last_pairs // 4 + 2)
-        out = np.empty((rows, 2), dtype=np.int64)
-        m = K.find_pairs(b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
-                         self._cells, self._C, K.HALF_OFFSETS, out)
-        if m > rows - 2:  # overflowed: retry with the exact size
-            out = np.empty((m + 2, 2), dtype=np.int64)
-            m = K.find_pairs(b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
-                             self._cells, self._C, K.HALF_OFFSETS, out)
-        self._last_pairs = m
-        return out[:m]
+        pairs, self._last_pairs = collect_pairs(
+            K.find_pairs, (b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
+                           self._cells, self._C, K.HALF_OFFSETS), self._last_pairs)
+        return pairs
 
     def _query_box(self, lo, hi):
         b = self.bodies

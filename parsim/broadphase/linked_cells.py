@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import BroadPhase, BroadPhaseError, ray_box_enter
+from .base import BroadPhase, BroadPhaseError, collect_pairs, ray_box_enter
 
 # Rounding slack. Binning computes a centre's cell coordinate with an error of at most ~12 unit
 # roundoffs of the largest coordinate magnitude M (in world units), so adding 64 machine
@@ -365,15 +365,9 @@ class LinkedCells(BroadPhase):
         if self.bodies.n < 2:
             return np.empty((0, 2), dtype=np.int64)
         _, nc, cell_start, occ, s_ids, s_lo, s_hi = self._ensure_grid()
-        n = self.bodies.n
-        rows = max(2 * n, self._last_m + self._last_m // 4) + 2
-        out = np.empty((rows, 2), dtype=np.int64)
-        m = lc_pairs(nc, cell_start, occ, s_ids, s_lo, s_hi, out)
-        if m > rows - 2:  # overflowed: retry with the exact size
-            out = np.empty((m + 2, 2), dtype=np.int64)
-            m = lc_pairs(nc, cell_start, occ, s_ids, s_lo, s_hi, out)
-        self._last_m = m
-        return out[:m].copy() if rows > 2 * m + 64 else out[:m]
+        pairs, self._last_m = collect_pairs(lc_pairs, (nc, cell_start, occ, s_ids, s_lo, s_hi),
+                                            max(2 * self.bodies.n, self._last_m))
+        return pairs
 
     def _query_box(self, lo, hi):
         geom, nc, cell_start, _, s_ids, s_lo, s_hi = self._ensure_grid()

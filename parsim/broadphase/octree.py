@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import BroadPhase, BroadPhaseError, ray_box_enter
+from .base import BroadPhase, BroadPhaseError, collect_pairs, ray_box_enter
 
 CHILD, NCHILD, OWN0, OWN1, SUB1, DEPTH = range(6)
 
@@ -355,15 +355,9 @@ class Octree(BroadPhase):
         if self.bodies.n < 2:
             return np.empty((0, 2), dtype=np.int64)
         tree = self._ensure_tree()
-        n = self.bodies.n
-        rows = max(2 * n, self._last_m + self._last_m // 4) + 2
-        out = np.empty((rows, 2), dtype=np.int64)
-        m = oct_pairs(*tree, out)
-        if m > rows - 2:  # overflowed: retry with the exact size
-            out = np.empty((m + 2, 2), dtype=np.int64)
-            m = oct_pairs(*tree, out)
-        self._last_m = m
-        return out[:m].copy() if rows > 2 * m + 64 else out[:m]
+        pairs, self._last_m = collect_pairs(oct_pairs, tuple(tree),
+                                            max(2 * self.bodies.n, self._last_m))
+        return pairs
 
     def _query_box(self, lo, hi):
         return oct_query_box(*self._ensure_tree(), lo, hi)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import BroadPhase, BroadPhaseError, ray_box_enter
+from .base import BroadPhase, BroadPhaseError, collect_pairs, ray_box_enter
 
 # Rounding slack for the ray's extent along the sort axis (relative to coordinate magnitudes).
 _REL_MARGIN = 1e-12
@@ -412,14 +412,9 @@ class SweepAndPrune(BroadPhase):
     # ---- results ----------------------------------------------------------------------------
     def _pairs(self):
         n = self.bodies.n
-        rows = max(2 * n, self._last_m + self._last_m // 4) + 2
-        out = np.empty((rows, 2), dtype=np.int64)
-        m = sap_pairs(self._key, self._hia, self._oth, self._s_ids, n, out)
-        if m > rows - 2:  # overflowed: retry with the exact size
-            out = np.empty((m + 2, 2), dtype=np.int64)
-            m = sap_pairs(self._key, self._hia, self._oth, self._s_ids, n, out)
-        self._last_m = m
-        return out[:m].copy() if rows > 2 * m + 64 else out[:m]
+        pairs, self._last_m = collect_pairs(
+            sap_pairs, (self._key, self._hia, self._oth, self._s_ids, n), max(2 * n, self._last_m))
+        return pairs
 
     def _ensure_aux(self):
         if self._aux is None:
