@@ -311,48 +311,6 @@ def relocate_bodies(move_src, move_dst, b_grid, b_cell, b_entry, P):
 
 
 @njit(cache=True)
-def drop_grids(grown, b_grid, G, cells, C, P, out_slots):
-    """Empty every grid with ``grown[g]``: free its containers, list its bodies in ``out_slots``.
-
-    Used before a grid's cell count is doubled (all its bodies are re-inserted afterwards).
-    Returns the number of slots written. Containers are visited from the end so that the
-    swap-remove only ever moves an already visited (kept) container.
-    """
-    m = 0
-    k = C.n[0] - 1
-    while k >= 0:
-        g = C.grid[k]
-        if grown[g]:
-            b = C.head[k]
-            rem = C.size[k]
-            while rem > 0:
-                cnt = min(rem, BLOCK)
-                for j in range(cnt):
-                    out_slots[m] = P.entries[b * BLOCK + j]
-                    m += 1
-                rem -= cnt
-                nb = P.next[b]
-                P.next[b] = P.meta[1]  # free the block
-                P.meta[1] = b
-                b = nb
-            last = C.n[0] - 1
-            if k != last:
-                C.cell[k] = C.cell[last]
-                C.grid[k] = C.grid[last]
-                C.size[k] = C.size[last]
-                C.head[k] = C.head[last]
-                C.tail[k] = C.tail[last]
-                C.stamp[k] = C.stamp[last]
-                cells[G.base[C.grid[k]] + C.cell[k]] = k
-            C.n[0] = last
-        k -= 1
-    for g in range(G.n[0]):
-        if grown[g]:
-            G.count[g] = 0
-    return m
-
-
-@njit(cache=True)
 def clear_all(G, cells, C, P):
     """Empty every grid (keeping their sizes): the 'clear and re-insert' update strategy."""
     for k in range(C.n[0]):

@@ -161,13 +161,15 @@ class HierarchicalHashGrid(BroadPhase):
             "from the origin: float64 cannot hash it exactly (HHG thesis 3.2); shift the "
             "coordinates closer to the origin or use larger bodies")
 
-    def _prepare_grids(self, pending_grids: np.ndarray) -> np.ndarray:
+    def _prepare_grids(self, pending: np.ndarray) -> np.ndarray:
         """Allocate cells for new grids and grow grids that the pending bodies would overfill.
 
+        ``pending`` are the slots about to be inserted (``_b_grid`` set, not in any cell yet).
         Returns the slots of bodies taken out of grown grids (to be re-inserted with the pending).
         """
         G = self._G
         ng = int(G.n[0])
+        pending_grids = self._b_grid[pending].astype(np.int64)
         target = G.count[:ng] + np.bincount(pending_grids, minlength=ng)[:ng]
         bits = G.bits[:ng].copy()
         for g in range(ng):
@@ -182,8 +184,15 @@ class HierarchicalHashGrid(BroadPhase):
         new = G.base[:ng] < 0
         if not grown.any() and not new.any():
             return np.empty(0, dtype=np.int64)
-        dropped = np.empty(self.bodies.n, dtype=np.int64)
-        m = K.drop_grids(grown, self._b_grid, G, self._cells, self._C, self._P, dropped)
+        # take the bodies already in grown grids out of their cells (O(1) each; growth is rare)
+        grid_of = self._b_grid[: self.bodies.n]
+        in_grown = grid_of >= 0
+        in_grown[in_grown] = grown[grid_of[in_grown]]
+        in_grown[pending] = False
+        dropped = np.flatnonzero(in_grown)
+        keep = self._b_grid[dropped]
+        self._edit(K.REMOVE, dropped)
+        self._b_grid[dropped] = keep
         sizes = np.int64(1) << bits.sum(axis=1)
         new_base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         cells = np.full(int(sizes.sum()), -1, dtype=np.int32)
@@ -194,11 +203,11 @@ class HierarchicalHashGrid(BroadPhase):
         self._cells = cells
         G.base[:ng] = new_base
         G.bits[:ng] = bits
-        return dropped[:m]
+        return dropped
 
     def _place(self, slots: np.ndarray) -> None:
         """Insert bodies whose ``_b_grid`` is set, growing grids first (O(1) per body amortised)."""
-        dropped = self._prepare_grids(self._b_grid[slots].astype(np.int64))
+        dropped = self._prepare_grids(slots)
         if dropped.size:
             slots = np.concatenate([dropped, slots])
         self._edit(K.INSERT, slots)
