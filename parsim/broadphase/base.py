@@ -386,6 +386,40 @@ class BroadPhase(ABC):
         return 0
 
 
+class RebuiltOnDemand(BroadPhase):
+    """A structure rebuilt from the body store when it is read after a change.
+
+    ``add``/``update``/``remove`` only store the AABBs and mark the structure stale; the first
+    ``pairs`` or query afterwards calls :meth:`_build` (linked cells, octree).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._built = None  # what _build returned, None when stale
+
+    @abstractmethod
+    def _build(self) -> tuple:
+        """Build the structure over ``self.bodies`` and return its arrays."""
+
+    def _ensure(self) -> tuple:
+        if self._built is None:
+            self._built = self._build()
+        return self._built
+
+    def _add(self, ids, lo, hi):
+        self.bodies.append(ids, lo, hi)
+        self._built = None
+
+    def _update(self, slots, lo, hi):
+        self.bodies.lo[slots] = lo
+        self.bodies.hi[slots] = hi
+        self._built = None
+
+    def _remove(self, slots):
+        self.bodies.swap_remove(slots)
+        self._built = None
+
+
 def collect_pairs(kernel, args: tuple, expected: int) -> tuple[np.ndarray, int]:
     """Run a count-and-retry pair kernel ``m = kernel(*args, out)``; return ``(pairs, m)``.
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import BroadPhase, BroadPhaseError, collect_pairs, ray_box_enter
+from .base import BroadPhaseError, RebuiltOnDemand, collect_pairs, ray_box_enter
 
 # Rounding slack. Binning computes a centre's cell coordinate with an error of at most ~12 unit
 # roundoffs of the largest coordinate magnitude M (in world units), so adding 64 machine
@@ -310,7 +310,7 @@ def lc_raycast(geom, nc, cell_start, s_ids, s_lo, s_hi, o, d, t_max):
     return out[:m].copy(), tt[:m].copy()
 
 
-class LinkedCells(BroadPhase):
+class LinkedCells(RebuiltOnDemand):
     """Uniform grid with cell edge = largest AABB edge, rebuilt by counting sort when needed.
 
     Parameters
@@ -337,44 +337,28 @@ class LinkedCells(BroadPhase):
             raise BroadPhaseError(f"max_cells_per_body must be >= 1, got {max_cells_per_body!r}")
         self.cell_size = cs
         self.max_cells_per_body = mc
-        self._grid = None  # (geom, nc, cell_start, occ, s_ids, s_lo, s_hi), None when stale
         self._last_m = 0  # pair count of the last call, to size the output buffer
 
-    # ---- mutation: only mark the grid stale -------------------------------------------------
-    def _add(self, ids, lo, hi):
-        self.bodies.append(ids, lo, hi)
-        self._grid = None
-
-    def _update(self, slots, lo, hi):
-        self.bodies.lo[slots] = lo
-        self.bodies.hi[slots] = hi
-        self._grid = None
-
-    def _remove(self, slots):
-        self.bodies.swap_remove(slots)
-        self._grid = None
-
-    def _ensure_grid(self):
-        if self._grid is None:
-            b = self.bodies
-            self._grid = lc_build(b.ids, b.lo, b.hi, b.n, self.cell_size, self.max_cells_per_body)
-        return self._grid
+    def _build(self):
+        """The grid: (geom, nc, cell_start, occ, s_ids, s_lo, s_hi), see :func:`lc_build`."""
+        b = self.bodies
+        return lc_build(b.ids, b.lo, b.hi, b.n, self.cell_size, self.max_cells_per_body)
 
     # ---- results ----------------------------------------------------------------------------
     def _pairs(self):
         if self.bodies.n < 2:
             return np.empty((0, 2), dtype=np.int64)
-        _, nc, cell_start, occ, s_ids, s_lo, s_hi = self._ensure_grid()
+        _, nc, cell_start, occ, s_ids, s_lo, s_hi = self._ensure()
         pairs, self._last_m = collect_pairs(lc_pairs, (nc, cell_start, occ, s_ids, s_lo, s_hi),
                                             max(2 * self.bodies.n, self._last_m))
         return pairs
 
     def _query_box(self, lo, hi):
-        geom, nc, cell_start, _, s_ids, s_lo, s_hi = self._ensure_grid()
+        geom, nc, cell_start, _, s_ids, s_lo, s_hi = self._ensure()
         return lc_query_box(geom, nc, cell_start, s_ids, s_lo, s_hi, lo, hi)
 
     def _raycast(self, o, d, t_max):
-        geom, nc, cell_start, _, s_ids, s_lo, s_hi = self._ensure_grid()
+        geom, nc, cell_start, _, s_ids, s_lo, s_hi = self._ensure()
         return lc_raycast(geom, nc, cell_start, s_ids, s_lo, s_hi, o, d, t_max)
 
     @property
@@ -382,9 +366,9 @@ class LinkedCells(BroadPhase):
         """Cell edge of the current grid (builds it if stale; nan when empty)."""
         if self.bodies.n == 0:
             return float("nan")
-        return float(self._ensure_grid()[0][3])
+        return float(self._ensure()[0][3])
 
     def _nbytes(self):
-        if self._grid is None:
+        if self._built is None:
             return 0
-        return sum(a.nbytes for a in self._grid)
+        return sum(a.nbytes for a in self._built)

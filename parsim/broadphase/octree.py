@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import BroadPhase, BroadPhaseError, collect_pairs, ray_box_enter
+from .base import BroadPhaseError, RebuiltOnDemand, collect_pairs, ray_box_enter
 
 CHILD, NCHILD, OWN0, OWN1, SUB1, DEPTH = range(6)
 
@@ -303,7 +303,7 @@ def oct_raycast(ni, nb, s_ids, s_lo, s_hi, depth, o, d, t_max):
     return out[:m].copy(), tt[:m].copy()
 
 
-class Octree(BroadPhase):
+class Octree(RebuiltOnDemand):
     """Loose octree with adaptive splitting, rebuilt lazily after changes.
 
     Parameters
@@ -327,50 +327,34 @@ class Octree(BroadPhase):
             raise BroadPhaseError(f"max_depth must be in [0, 60], got {max_depth!r}")
         self.leaf_capacity = int(leaf_capacity)
         self.max_depth = int(max_depth)
-        self._tree = None  # (ni, nb, s_ids, s_lo, s_hi, depth), None when stale
         self._last_m = 0  # pair count of the last call, to size the output buffer
 
-    # ---- mutation: only mark the tree stale -------------------------------------------------
-    def _add(self, ids, lo, hi):
-        self.bodies.append(ids, lo, hi)
-        self._tree = None
-
-    def _update(self, slots, lo, hi):
-        self.bodies.lo[slots] = lo
-        self.bodies.hi[slots] = hi
-        self._tree = None
-
-    def _remove(self, slots):
-        self.bodies.swap_remove(slots)
-        self._tree = None
-
-    def _ensure_tree(self):
-        if self._tree is None:
-            b = self.bodies
-            self._tree = oct_build(b.ids, b.lo, b.hi, b.n, self.leaf_capacity, self.max_depth)
-        return self._tree
+    def _build(self):
+        """The tree: (ni, nb, s_ids, s_lo, s_hi, depth), see :func:`oct_build`."""
+        b = self.bodies
+        return oct_build(b.ids, b.lo, b.hi, b.n, self.leaf_capacity, self.max_depth)
 
     # ---- results ----------------------------------------------------------------------------
     def _pairs(self):
         if self.bodies.n < 2:
             return np.empty((0, 2), dtype=np.int64)
-        tree = self._ensure_tree()
+        tree = self._ensure()
         pairs, self._last_m = collect_pairs(oct_pairs, tuple(tree),
                                             max(2 * self.bodies.n, self._last_m))
         return pairs
 
     def _query_box(self, lo, hi):
-        return oct_query_box(*self._ensure_tree(), lo, hi)
+        return oct_query_box(*self._ensure(), lo, hi)
 
     def _raycast(self, o, d, t_max):
-        return oct_raycast(*self._ensure_tree(), o, d, t_max)
+        return oct_raycast(*self._ensure(), o, d, t_max)
 
     @property
     def n_nodes(self) -> int:
         """Number of nodes of the current tree (builds it if stale; 0 when empty)."""
-        return 0 if self.bodies.n == 0 else int(self._ensure_tree()[0].shape[0])
+        return 0 if self.bodies.n == 0 else int(self._ensure()[0].shape[0])
 
     def _nbytes(self):
-        if self._tree is None:
+        if self._built is None:
             return 0
-        return sum(a.nbytes for a in self._tree[:5])
+        return sum(a.nbytes for a in self._built[:5])
