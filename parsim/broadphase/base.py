@@ -443,6 +443,17 @@ def box_point_dist2(lo: np.ndarray, hi: np.ndarray, p: np.ndarray) -> np.ndarray
     return np.einsum("ij,ij->i", d, d)
 
 
+@njit(cache=True)
+def grow_hits(out, tt):
+    """The ray-hit buffers (ids, t_enter) copied into twice the capacity (amortised O(1) append)."""
+    m = out.shape[0]
+    out2 = np.empty(2 * m, dtype=out.dtype)
+    tt2 = np.empty(2 * m, dtype=tt.dtype)
+    out2[:m] = out
+    tt2[:m] = tt
+    return out2, tt2
+
+
 @njit(cache=True, inline="always")
 def ray_box_enter(o0, o1, o2, inv0, inv1, inv2, lo, hi, t_max):
     """Slab test: parameter at which the ray enters the box, or -1 if it misses within t_max.

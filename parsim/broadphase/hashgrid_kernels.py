@@ -32,7 +32,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .base import ray_box_enter
+from .base import grow_hits, ray_box_enter
 
 
 BLOCK = 4
@@ -670,12 +670,7 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
                                   t_max)
                 if t >= 0.0:
                     if m == out.shape[0]:
-                        out2 = np.empty(2 * m, dtype=np.int64)
-                        tt2 = np.empty(2 * m, dtype=np.float64)
-                        out2[:m] = out
-                        tt2[:m] = tt
-                        out = out2
-                        tt = tt2
+                        out, tt = grow_hits(out, tt)
                     out[m] = ids[s]
                     tt[m] = t
                     m += 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import BroadPhaseError, RebuiltOnDemand, collect_pairs, ray_box_enter
+from .base import BroadPhaseError, RebuiltOnDemand, collect_pairs, grow_hits, ray_box_enter
 
 # Rounding slack. Binning computes a centre's cell coordinate with an error of at most ~12 unit
 # roundoffs of the largest coordinate magnitude M (in world units), so adding 64 machine
@@ -298,12 +298,7 @@ def lc_raycast(geom, nc, cell_start, s_ids, s_lo, s_hi, o, d, t_max):
                     t = ray_box_enter(o[0], o[1], o[2], inv0, inv1, inv2, s_lo[p], s_hi[p], t_max)
                     if t >= 0.0:
                         if m == out.shape[0]:
-                            new = np.empty(2 * m, dtype=np.int64)
-                            new[:m] = out
-                            out = new
-                            newt = np.empty(2 * m, dtype=np.float64)
-                            newt[:m] = tt
-                            tt = newt
+                            out, tt = grow_hits(out, tt)
                         out[m] = s_ids[p]
                         tt[m] = t
                         m += 1

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .base import BroadPhaseError, RebuiltOnDemand, collect_pairs, ray_box_enter
+from .base import BroadPhaseError, RebuiltOnDemand, collect_pairs, grow_hits, ray_box_enter
 
 CHILD, NCHILD, OWN0, OWN1, SUB1, DEPTH = range(6)
 
@@ -287,12 +287,7 @@ def oct_raycast(ni, nb, s_ids, s_lo, s_hi, depth, o, d, t_max):
             t = ray_box_enter(o[0], o[1], o[2], inv0, inv1, inv2, s_lo[p], s_hi[p], t_max)
             if t >= 0.0:
                 if m == out.shape[0]:
-                    new = np.empty(2 * m, dtype=np.int64)
-                    new[:m] = out
-                    out = new
-                    newt = np.empty(2 * m, dtype=np.float64)
-                    newt[:m] = tt
-                    tt = newt
+                    out, tt = grow_hits(out, tt)
                 out[m] = s_ids[p]
                 tt[m] = t
                 m += 1
