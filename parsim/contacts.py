@@ -1,0 +1,275 @@
+"""Contact forces: the linear spring-dashpot normal law and the Cundall-Strack tangential spring.
+
+The law is LAMMPS's ``gran/hooke/history`` (the peers' benchmark law), written for a contact of
+normal ``n`` (unit, from body B toward body A), overlap ``delta > 0`` and lever arms ``la``, ``lb``
+(contact point minus the centre of A and of B):
+
+* relative velocity at the contact ``vc = (va + wa x la) - (vb + wb x lb)``, ``vn = vc . n``,
+  ``vt = vc - vn n``;
+* normal force ``Fn = kn delta - m_eff gamma_n vn`` (along n);
+* tangential spring ``s += vt dt``, then ``s`` is projected onto the tangent plane;
+  ``Ft = -(kt s + m_eff gamma_t vt)``; if ``|Ft| > mu |Fn|`` both are scaled back onto the Coulomb
+  cone (the spring keeps the length that gives ``mu |Fn|``: sliding);
+* the force on A is ``Fn n + Ft``, on B its negation; torques ``la x F`` and ``-(lb x F)``.
+
+For two spheres the lever arms are ``-r_a n`` and ``+r_b n`` (LAMMPS's convention); for other
+shapes they are the contact point (midway between the surfaces) minus the centres.
+
+``m_eff = m_a m_b / (m_a + m_b)``; against a fixed body it is the other body's mass. Under the
+restitution parameterisation the pair table stores ``kn`` per unit ``m_eff`` (see
+:mod:`parsim.materials`).
+
+Every pair is evaluated by :func:`pair_forces` from the *canonical frame* of the pair: body A at
+its stored position and B at its stored position plus the difference of their periodic image
+shifts. Two copies of the same pair (e.g. A with B's image and A's image with B) therefore see
+bit-identical inputs and produce bit-identical forces, whichever rank or slot holds them. Forces
+are then summed per body in the order of the partner's key (:func:`accumulate`), so a body's total
+force does not depend on storage order or, later, on the number of ranks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .bodies import FIXED
+from .materials import (MODE_RESTITUTION, P_GN, P_GT_RATIO, P_KN, P_KT_RATIO, P_MODE, P_MU,
+                        P_MU_ROLL)
+from .shapes import PLANE, SPHERE
+
+#: history slots (tangential springs) per pair kind
+MAX_POINTS = 4
+
+
+@njit(cache=True, inline="always")
+def image_shift(code, lx, ly, lz):
+    """Periodic shift (float 3-tuple) of image code 0..26 (13 = none)."""
+    c = np.int64(code)
+    return ((c % 3 - 1) * lx, ((c // 3) % 3 - 1) * ly, (c // 9 - 1) * lz)
+
+
+@njit(cache=True, inline="always")
+def relative_shift(code_a, code_b, lx, ly, lz):
+    """Shift that brings B's stored position into A's frame: shift(B) - shift(A), exact."""
+    a = np.int64(code_a)
+    b = np.int64(code_b)
+    dx = (b % 3) - (a % 3)
+    dy = ((b // 3) % 3) - ((a // 3) % 3)
+    dz = (b // 9) - (a // 9)
+    return (dx * lx, dy * ly, dz * lz)
+
+
+@njit(cache=True, inline="always")
+def effective_mass(fa, fb, ma, mb):
+    if fa & FIXED:
+        return mb
+    if fb & FIXED:
+        return ma
+    return ma * mb / (ma + mb)
+
+
+@njit(cache=True, inline="always")
+def _cross(ax, ay, az, bx, by, bz):
+    return (ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx)
+
+
+@njit(cache=True, inline="always")
+def contact_force(nx, ny, nz, delta, lax, lay, laz, lbx, lby, lbz,
+                  va, wa, vb, wb, meff, kn, gn, kt, gt, mu, dt, shear, h):
+    """Force on A (3-tuple) of one contact; updates the tangential spring ``shear[h]``."""
+    wla = _cross(wa[0], wa[1], wa[2], lax, lay, laz)
+    wlb = _cross(wb[0], wb[1], wb[2], lbx, lby, lbz)
+    vcx = va[0] + wla[0] - vb[0] - wlb[0]
+    vcy = va[1] + wla[1] - vb[1] - wlb[1]
+    vcz = va[2] + wla[2] - vb[2] - wlb[2]
+    vn = vcx * nx + vcy * ny + vcz * nz
+    vtx = vcx - vn * nx
+    vty = vcy - vn * ny
+    vtz = vcz - vn * nz
+    fn = kn * delta - meff * gn * vn
+    # tangential spring (LAMMPS order: accumulate, measure, rotate into the tangent plane)
+    sx = shear[h, 0] + vtx * dt
+    sy = shear[h, 1] + vty * dt
+    sz = shear[h, 2] + vtz * dt
+    shrmag = math.sqrt(sx * sx + sy * sy + sz * sz)
+    sn = sx * nx + sy * ny + sz * nz
+    sx -= sn * nx
+    sy -= sn * ny
+    sz -= sn * nz
+    dtx = meff * gt * vtx
+    dty = meff * gt * vty
+    dtz = meff * gt * vtz
+    ftx = -(kt * sx + dtx)
+    fty = -(kt * sy + dty)
+    ftz = -(kt * sz + dtz)
+    ft = math.sqrt(ftx * ftx + fty * fty + ftz * ftz)
+    fmax = mu * abs(fn)
+    if ft > fmax:
+        if shrmag != 0.0:
+            ratio = fmax / ft
+            sx = ratio * (sx + dtx / kt) - dtx / kt
+            sy = ratio * (sy + dty / kt) - dty / kt
+            sz = ratio * (sz + dtz / kt) - dtz / kt
+            ftx *= ratio
+            fty *= ratio
+            ftz *= ratio
+        else:
+            ftx = fty = ftz = 0.0
+    shear[h, 0] = sx
+    shear[h, 1] = sy
+    shear[h, 2] = sz
+    return (fn * nx + ftx, fn * ny + fty, fn * nz + ftz, fn)
+
+
+@njit(cache=True, inline="always")
+def _pair_params(table, mat_a, mat_b, meff):
+    row = table[mat_a, mat_b]
+    kn = row[P_KN]
+    if row[P_MODE] == MODE_RESTITUTION:
+        kn = kn * meff
+    gn = row[P_GN]
+    return kn, gn, row[P_KT_RATIO] * kn, row[P_GT_RATIO] * gn, row[P_MU], row[P_MU_ROLL]
+
+
+@njit(cache=True, inline="always")
+def _rolling_torque(mu_r, fn, ra, rb, wa, wb, nx, ny, nz):
+    """Constant-torque rolling resistance (on A): ``-mu_r |Fn| R_eff`` along the relative rolling
+    velocity (the part of wa - wb perpendicular to n)."""
+    wx = wa[0] - wb[0]
+    wy = wa[1] - wb[1]
+    wz = wa[2] - wb[2]
+    wn = wx * nx + wy * ny + wz * nz
+    wx -= wn * nx
+    wy -= wn * ny
+    wz -= wn * nz
+    w = math.sqrt(wx * wx + wy * wy + wz * wz)
+    if w < 1e-12:
+        return (0.0, 0.0, 0.0)
+    reff = ra * rb / (ra + rb) if rb > 0.0 else ra
+    s = -mu_r * abs(fn) * reff / w
+    return (s * wx, s * wy, s * wz)
+
+
+@njit(cache=True, inline="always")
+def _clear_pair(p, h, nh, shear, touching, pf, pta, ptb):
+    for k in range(nh):
+        touching[h + k] = False
+        shear[h + k, 0] = shear[h + k, 1] = shear[h + k, 2] = 0.0
+    pf[p, 0] = pf[p, 1] = pf[p, 2] = 0.0
+    pta[p, 0] = pta[p, 1] = pta[p, 2] = 0.0
+    ptb[p, 0] = ptb[p, 1] = ptb[p, 2] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position, velocity,
+                 angular_velocity, image, table, box, dt, shear, touching, pf, pta, ptb, zero):
+    """One sphere-sphere or sphere-plane (B) pair; returns 1 if touching."""
+    ra = params[a, 0]
+    nx = ny = nz = 0.0
+    delta = -1.0
+    rb = 0.0
+    if shape[b] == PLANE:
+        nx, ny, nz = params[b, 0], params[b, 1], params[b, 2]
+        d = ((position[a, 0] - position[b, 0]) * nx + (position[a, 1] - position[b, 1]) * ny
+             + (position[a, 2] - position[b, 2]) * nz)
+        delta = ra - d
+    else:
+        rb = params[b, 0]
+        sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
+        dx = position[a, 0] - (position[b, 0] + sx)
+        dy = position[a, 1] - (position[b, 1] + sy)
+        dz = position[a, 2] - (position[b, 2] + sz)
+        rsq = dx * dx + dy * dy + dz * dz
+        rsum = ra + rb
+        if rsq < rsum * rsum:
+            r = math.sqrt(rsq)
+            if r > 0.0:
+                nx, ny, nz = dx / r, dy / r, dz / r
+            else:
+                nz = 1.0
+            delta = rsum - r
+    if delta <= 0.0:
+        _clear_pair(p, h, 1, shear, touching, pf, pta, ptb)
+        return 0
+    touching[h] = True
+    meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
+    kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
+    wb = angular_velocity[b]
+    vb = velocity[b]
+    if shape[b] == PLANE:
+        wb = zero
+        vb = zero
+    fx, fy, fz, fn = contact_force(nx, ny, nz, delta, -ra * nx, -ra * ny, -ra * nz,
+                                   rb * nx, rb * ny, rb * nz, velocity[a],
+                                   angular_velocity[a], vb, wb, meff, kn, gn, kt, gt, mu,
+                                   dt, shear, h)
+    pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz
+    # la x F with la = -ra n;  -(lb x F) with lb = rb n
+    cx, cy, cz = _cross(nx, ny, nz, fx, fy, fz)
+    tax, tay, taz = -ra * cx, -ra * cy, -ra * cz
+    tbx, tby, tbz = -rb * cx, -rb * cy, -rb * cz
+    if mu_r > 0.0:
+        rx, ry, rz = _rolling_torque(mu_r, fn, ra, rb, angular_velocity[a], wb, nx, ny, nz)
+        tax += rx
+        tay += ry
+        taz += rz
+        tbx -= rx
+        tby -= ry
+        tbz -= rz
+    pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
+    ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz
+    return 1
+
+
+@njit(cache=True)
+def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, position, velocity,
+                       angular_velocity, image, table, box, dt, shear, touching, pf, pta, ptb):
+    """Forces of pairs whose bodies are spheres or (as B) planes; writes pf (force on A), pta,
+    ptb (torques on A and B) per pair, updates the springs ``shear`` and flags ``touching``
+    (a spring whose contact is open is reset to zero). Returns the number of touching contacts.
+    """
+    zero = np.zeros(3)
+    count = 0
+    for p in range(pa.shape[0]):
+        count += _sphere_pair(p, pa[p], pb[p], hist[p], shape, params, flags, material, mass,
+                              position, velocity, angular_velocity, image, table, box, dt,
+                              shear, touching, pf, pta, ptb, zero)
+    return count
+
+
+@njit(cache=True)
+def accumulate(n_owned, ptr, entry_pair, entry_side, pf, pta, ptb, flags, mass, gravity,
+               force, torque):
+    """Total force and torque of owned bodies: their pair contributions in the precomputed
+    canonical order (by partner key), then gravity. Fixed bodies get zero."""
+    gx, gy, gz = gravity[0], gravity[1], gravity[2]
+    for i in range(n_owned):
+        fx = fy = fz = 0.0
+        tx = ty = tz = 0.0
+        for e in range(ptr[i], ptr[i + 1]):
+            p = entry_pair[e]
+            if entry_side[e] == 0:
+                fx += pf[p, 0]
+                fy += pf[p, 1]
+                fz += pf[p, 2]
+                tx += pta[p, 0]
+                ty += pta[p, 1]
+                tz += pta[p, 2]
+            else:
+                fx -= pf[p, 0]
+                fy -= pf[p, 1]
+                fz -= pf[p, 2]
+                tx += ptb[p, 0]
+                ty += ptb[p, 1]
+                tz += ptb[p, 2]
+        if flags[i] & FIXED:
+            fx = fy = fz = tx = ty = tz = 0.0
+        else:
+            m = mass[i]
+            fx += m * gx
+            fy += m * gy
+            fz += m * gz
+        force[i, 0], force[i, 1], force[i, 2] = fx, fy, fz
+        torque[i, 0], torque[i, 1], torque[i, 2] = tx, ty, tz

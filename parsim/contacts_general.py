@@ -1,0 +1,106 @@
+"""Contact forces of pairs involving boxes and capsules (the narrow phase of every shape pair).
+
+Separate from :mod:`parsim.contacts` so that a pure-sphere run never compiles the narrow phase.
+Each pair has ``MAX_POINTS`` tangential springs, one per contact point index of the manifold
+returned by :func:`parsim.narrowphase.collide`; lever arms are the contact point minus the centres
+(B's centre in the pair's canonical frame, see :mod:`parsim.contacts`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .contacts import (_clear_pair, _cross, _pair_params, _rolling_torque, _sphere_pair,
+                       contact_force, effective_mass, relative_shift)
+from .narrowphase import collide
+from .shapes import PLANE, SPHERE
+
+
+@njit(cache=True)
+def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, position,
+                        orientation, velocity, angular_velocity, image, table, box, dt,
+                        bounding_radius, shear, touching, pf, pta, ptb):
+    """Like :func:`parsim.contacts.sphere_pair_forces` for pairs of any shapes."""
+    zero = np.zeros(3)
+    normals = np.zeros((4, 3))
+    points = np.zeros((4, 3))
+    depths = np.zeros(4)
+    posb = np.zeros(3)
+    count = 0
+    for p in range(pa.shape[0]):
+        a = pa[p]
+        b = pb[p]
+        h = hist[p]
+        sa = shape[a]
+        sb = shape[b]
+        if sa == SPHERE and (sb == SPHERE or sb == PLANE):
+            count += _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position,
+                                  velocity, angular_velocity, image, table, box, dt, shear,
+                                  touching, pf, pta, ptb, zero)
+            continue
+        nh = 4
+        if sb == PLANE:
+            posb[0], posb[1], posb[2] = position[b, 0], position[b, 1], position[b, 2]
+        else:
+            sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
+            posb[0] = position[b, 0] + sx
+            posb[1] = position[b, 1] + sy
+            posb[2] = position[b, 2] + sz
+        k = collide(sa, params[a], position[a], orientation[a], sb, params[b], posb,
+                    orientation[b], normals, points, depths)
+        if k == 0:
+            _clear_pair(p, h, nh, shear, touching, pf, pta, ptb)
+            continue
+        meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
+        kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
+        vb = velocity[b]
+        wb = angular_velocity[b]
+        if sb == PLANE:
+            vb = zero
+            wb = zero
+        fx = fy = fz = 0.0
+        tax = tay = taz = 0.0
+        tbx = tby = tbz = 0.0
+        for c in range(nh):
+            if c >= k:
+                touching[h + c] = False
+                shear[h + c, 0] = shear[h + c, 1] = shear[h + c, 2] = 0.0
+                continue
+            touching[h + c] = True
+            count += 1
+            nx, ny, nz = normals[c, 0], normals[c, 1], normals[c, 2]
+            lax = points[c, 0] - position[a, 0]
+            lay = points[c, 1] - position[a, 1]
+            laz = points[c, 2] - position[a, 2]
+            lbx = points[c, 0] - posb[0]
+            lby = points[c, 1] - posb[1]
+            lbz = points[c, 2] - posb[2]
+            cfx, cfy, cfz, fn = contact_force(nx, ny, nz, depths[c], lax, lay, laz, lbx, lby,
+                                              lbz, velocity[a], angular_velocity[a], vb, wb,
+                                              meff, kn, gn, kt, gt, mu, dt, shear, h + c)
+            fx += cfx
+            fy += cfy
+            fz += cfz
+            t = _cross(lax, lay, laz, cfx, cfy, cfz)
+            tax += t[0]
+            tay += t[1]
+            taz += t[2]
+            t = _cross(lbx, lby, lbz, cfx, cfy, cfz)
+            tbx -= t[0]
+            tby -= t[1]
+            tbz -= t[2]
+            if mu_r > 0.0:
+                rb = bounding_radius[b] if sb != PLANE else 0.0
+                rx, ry, rz = _rolling_torque(mu_r, fn, bounding_radius[a], rb,
+                                             angular_velocity[a], wb, nx, ny, nz)
+                tax += rx
+                tay += ry
+                taz += rz
+                tbx -= rx
+                tby -= ry
+                tbz -= rz
+        pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz
+        pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
+        ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz
+    return count

@@ -1,0 +1,238 @@
+"""Verlet neighbour list on top of the hierarchical hash grid, with per-contact spring history.
+
+At a *rebuild* every stored copy (owned bodies and shadows) gets its AABB enlarged by half the
+skin; the hash grid is updated incrementally (bodies that left are removed, new ones added, the
+others re-hashed only if their cell or grid changed, thesis Algorithm 2) and its overlapping
+pairs, plus body-plane pairs, become the candidate list. Candidates stay valid until some body has
+moved (translation + bounding radius x rotation angle) more than half the skin; with ``skin = 0``
+the list is rebuilt every step, i.e. plain per-step detection.
+
+A candidate is kept only if at least one of its bodies is owned (its force is needed here) and
+not both are fixed. The decision uses the pair's canonical frame (see :mod:`parsim.contacts`), so
+the two copies of a pair across a periodic seam (or, later, a rank border) are both kept or both
+dropped. Pairs are oriented A = lower uid (planes always B) and sorted by (key A, key B); the
+tangential springs of pairs that persist across a rebuild are carried over by merging the old
+and new sorted lists, keyed by the two body keys and the contact-point index.
+
+Results do not depend on when rebuilds happen: a spring is reset whenever its contact opens, and
+non-touching candidates contribute exact zeros.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .bodies import FIXED, SHADOW
+from .broadphase import HierarchicalHashGrid
+from .contacts import MAX_POINTS, image_shift, relative_shift
+from .shapes import PLANE, SPHERE, compute_aabbs
+
+
+@njit(cache=True)
+def _filter_pairs(sa, sb, uid, flags, image, shape, lo, hi, box, keep_a, keep_b):
+    """Orient (A = lower uid) and keep candidate pairs whose AABBs overlap in the canonical
+    frame and whose force is needed (one body owned, not both fixed). Returns the count."""
+    k = 0
+    for p in range(sa.shape[0]):
+        a = sa[p]
+        b = sb[p]
+        if uid[a] > uid[b]:
+            a, b = b, a
+        elif uid[a] == uid[b]:
+            continue
+        if (flags[a] & SHADOW) and (flags[b] & SHADOW):
+            continue
+        if (flags[a] & FIXED) and (flags[b] & FIXED):
+            continue
+        sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
+        if (lo[a, 0] > hi[b, 0] + sx or lo[b, 0] + sx > hi[a, 0]
+                or lo[a, 1] > hi[b, 1] + sy or lo[b, 1] + sy > hi[a, 1]
+                or lo[a, 2] > hi[b, 2] + sz or lo[b, 2] + sz > hi[a, 2]):
+            continue
+        keep_a[k] = a
+        keep_b[k] = b
+        k += 1
+    return k
+
+
+@njit(cache=True)
+def _carry_history(old_u, old_v, old_r, old_hist, old_shear, old_touch, new_u, new_v, new_r,
+                   new_hist, new_nh, shear, touching):
+    """Copy the springs of pairs present in both lists, each sorted by its history key
+    (uid A, uid B, relative unwrapped image)."""
+    i = 0
+    n_old = old_u.shape[0]
+    for p in range(new_u.shape[0]):
+        u = new_u[p]
+        v = new_v[p]
+        r = new_r[p]
+        while i < n_old and (old_u[i] < u or (old_u[i] == u and (
+                old_v[i] < v or (old_v[i] == v and old_r[i] < r)))):
+            i += 1
+        if i < n_old and old_u[i] == u and old_v[i] == v and old_r[i] == r:
+            h0 = old_hist[i]
+            h1 = new_hist[p]
+            for c in range(new_nh[p]):
+                touching[h1 + c] = old_touch[h0 + c]
+                shear[h1 + c, 0] = old_shear[h0 + c, 0]
+                shear[h1 + c, 1] = old_shear[h0 + c, 1]
+                shear[h1 + c, 2] = old_shear[h0 + c, 2]
+
+
+def history_keys(st, pa, pb):
+    """(uid A, uid B, relative unwrapped image) of pairs: the identity of a contact, unchanged
+    when a body is wrapped across a periodic face or its copy comes from another image."""
+    ia = st.image[pa].astype(np.int64)
+    ib = st.image[pb].astype(np.int64)
+    rel = np.empty((pa.size, 3), dtype=np.int64)
+    rel[:, 0] = ib % 3 - ia % 3
+    rel[:, 1] = (ib // 3) % 3 - (ia // 3) % 3
+    rel[:, 2] = ib // 9 - ia // 9
+    rel += st.wraps[pb].astype(np.int64) - st.wraps[pa].astype(np.int64)
+    packed = ((rel[:, 0] + (1 << 20)) << 42) | ((rel[:, 1] + (1 << 20)) << 21) | (rel[:, 2] + (1 << 20))
+    return st.uid[pa], st.uid[pb], packed
+
+
+class NeighbourList:
+    """Candidate pairs, their springs and the canonical per-body summation order of one rank."""
+
+    def __init__(self, skin: float, broadphase=None):
+        self.skin = float(skin)
+        self.bp = broadphase if broadphase is not None else HierarchicalHashGrid()
+        self.in_bp = np.empty(0, dtype=np.int64)      # sorted keys held by the broad phase
+        empty_i = np.empty(0, dtype=np.int64)
+        self.pa = self.pb = empty_i                    # slots of the pair's bodies
+        self.key_a = self.key_b = empty_i              # their keys (the sort and history keys)
+        self.hist = self.nh = empty_i                  # first spring and spring count per pair
+        self.h_u = self.h_v = self.h_r = self.h_hist = empty_i   # history keys, sorted
+        self.shear = np.zeros((0, 3))
+        self.touching = np.zeros(0, dtype=np.bool_)
+        self.pf = np.zeros((0, 3))
+        self.pta = np.zeros((0, 3))
+        self.ptb = np.zeros((0, 3))
+        self.ptr = np.zeros(1, dtype=np.int64)
+        self.entry_pair = self.entry_side = empty_i
+        self.general = False                           # any pair needing the full narrow phase
+        self.builds = 0
+
+    @property
+    def n_pairs(self) -> int:
+        return self.pa.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.in_bp, self.pa, self.pb, self.key_a, self.key_b, self.hist, self.nh,
+                  self.shear, self.touching, self.pf, self.pta, self.ptb, self.ptr,
+                  self.entry_pair, self.entry_side)
+        return sum(a.nbytes for a in arrays) + getattr(self.bp, "nbytes", 0)
+
+    def rebuild(self, st, box: np.ndarray) -> None:
+        """Rebuild the candidate list from the current poses of all stored copies."""
+        n = st.n
+        margin = 0.5 * self.skin
+        lo = np.empty((n, 3))
+        hi = np.empty((n, 3))
+        compute_aabbs(st.shape, st.params, st.position, st.orientation, n, margin, lo, hi)
+        finite = st.shape[:n] != PLANE
+        fslots = np.flatnonzero(finite)
+        keys = st.key[fslots]
+        # the grid sees each copy at its (periodically shifted) place, a hair larger than the
+        # canonical test below so that it never misses a pair that test would keep
+        eps = 1e-9 * (1.0 + float(np.max(np.abs(st.position[:n]))) if n else 1.0)
+        blo = lo[fslots] - eps
+        bhi = hi[fslots] + eps
+        img = st.image[fslots]
+        shifted = img != 13
+        if shifted.any():
+            c = img[shifted].astype(np.int64)
+            sh = np.stack([(c % 3 - 1) * box[0], ((c // 3) % 3 - 1) * box[1],
+                           (c // 9 - 1) * box[2]], axis=1)
+            blo[shifted] += sh
+            bhi[shifted] += sh
+        order = np.argsort(keys)
+        skeys = keys[order]
+        gone = np.setdiff1d(self.in_bp, skeys, assume_unique=True)
+        if gone.size:
+            self.bp.remove(gone)
+        present = np.isin(skeys, self.in_bp, assume_unique=True)
+        if present.any():
+            sel = order[present]
+            self.bp.update(keys[sel], blo[sel], bhi[sel])
+        if (~present).any():
+            sel = order[~present]
+            self.bp.add(keys[sel], blo[sel], bhi[sel])
+        self.in_bp = skeys
+        cand = self.bp.pairs()
+        if cand.shape[0]:
+            slots = st.slots_of_keys(cand.reshape(-1)).reshape(-1, 2)
+        else:
+            slots = np.empty((0, 2), dtype=np.int64)
+        ka = np.empty(slots.shape[0], dtype=np.int64)
+        kb = np.empty(slots.shape[0], dtype=np.int64)
+        m = _filter_pairs(slots[:, 0].astype(np.int64), slots[:, 1].astype(np.int64),
+                          st.uid, st.flags, st.image, st.shape, lo, hi, box, ka, kb)
+        pa, pb = ka[:m], kb[:m]
+        # body-plane pairs: owned, movable finite bodies whose enlarged AABB reaches the plane
+        planes = np.flatnonzero(st.shape[: st.n_owned] == PLANE)
+        if planes.size:
+            movable = np.flatnonzero(finite[: st.n_owned]
+                                     & ((st.flags[: st.n_owned] & FIXED) == 0))
+            ctr = 0.5 * (lo[movable] + hi[movable])
+            half = 0.5 * (hi[movable] - lo[movable])
+            extra_a, extra_b = [pa], [pb]
+            for pl in planes:
+                nrm = st.params[pl]
+                d = (ctr - st.position[pl]) @ nrm - half @ np.abs(nrm)
+                hit = movable[d <= 0.0]
+                extra_a.append(hit)
+                extra_b.append(np.full(hit.size, pl, dtype=np.int64))
+            pa = np.concatenate(extra_a)
+            pb = np.concatenate(extra_b)
+        key_a = st.key[pa]
+        key_b = st.key[pb]
+        order = np.lexsort((key_b, key_a))
+        pa, pb, key_a, key_b = pa[order], pb[order], key_a[order], key_b[order]
+        sph_a = st.shape[pa] == SPHERE
+        sph_b = (st.shape[pb] == SPHERE) | (st.shape[pb] == PLANE)
+        simple = sph_a & sph_b
+        nh = np.where(simple, 1, MAX_POINTS).astype(np.int64)
+        hist = np.zeros(nh.size, dtype=np.int64)
+        if nh.size:
+            np.cumsum(nh[:-1], out=hist[1:])
+        n_hist = int(nh.sum())
+        shear = np.zeros((n_hist, 3))
+        touching = np.zeros(n_hist, dtype=np.bool_)
+        hu, hv, hr = history_keys(st, pa, pb)
+        horder = np.lexsort((hr, hv, hu))
+        hu, hv, hr = hu[horder], hv[horder], hr[horder]
+        _carry_history(self.h_u, self.h_v, self.h_r, self.h_hist, self.shear, self.touching,
+                       hu, hv, hr, hist[horder], nh[horder], shear, touching)
+        self.h_u, self.h_v, self.h_r, self.h_hist = hu, hv, hr, hist[horder]
+        self.pa, self.pb, self.key_a, self.key_b = pa, pb, key_a, key_b
+        self.hist, self.nh, self.shear, self.touching = hist, nh, shear, touching
+        self.general = not bool(simple.all())
+        npairs = pa.size
+        self.pf = np.zeros((npairs, 3))
+        self.pta = np.zeros((npairs, 3))
+        self.ptb = np.zeros((npairs, 3))
+        # canonical summation order: per owned, movable body, its pairs by partner key
+        no = st.n_owned
+        side_a = np.flatnonzero(pa < no)
+        side_b = np.flatnonzero(pb < no)
+        body = np.concatenate([pa[side_a], pb[side_b]])
+        partner = np.concatenate([key_b[side_a], key_a[side_b]])
+        pair = np.concatenate([side_a, side_b])
+        side = np.concatenate([np.zeros(side_a.size, np.int64), np.ones(side_b.size, np.int64)])
+        order = np.lexsort((partner, body))
+        self.entry_pair = pair[order].astype(np.int64)
+        self.entry_side = side[order]
+        counts = np.bincount(body, minlength=no)[:no]
+        self.ptr = np.zeros(no + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.ptr[1:])
+        st.ref_position[:n] = st.position[:n]
+        st.ref_orientation[:n] = st.orientation[:n]
+        self.builds += 1
+
+    def n_touching(self) -> int:
+        return int(np.count_nonzero(self.touching))

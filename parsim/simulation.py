@@ -1,0 +1,551 @@
+"""``parsim.Simulation``: the scripting API and the time step of the DEM engine on one rank.
+
+The step (velocity Verlet):
+
+1. half kick, drift and rotate every owned body (:mod:`parsim.integrator`);
+2. refresh the shadow copies from their owners; rebuild the neighbour list if a body moved more
+   than half the skin (:mod:`parsim.neighbours`; periodic images are recreated there);
+3. contact forces per pair in the pair's canonical frame, then per body in partner-key order
+   (:mod:`parsim.contacts`), plus gravity;
+4. second half kick; check for non-finite state and outflow.
+
+Owned bodies occupy storage slots ``0..n_owned-1``, shadow copies follow
+(:mod:`parsim.bodies`); on one rank the shadows are the periodic images.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from . import integrator as I
+from .bodies import FIXED, INFINITE, MAX_UID, NO_SHIFT, SHADOW, BodyStorage, image_code
+from .contacts import accumulate, sphere_pair_forces
+from .materials import Material, collision_time, make_material, override_row, pair_table
+from .neighbours import NeighbourList
+from .rotation import normalized_quaternion
+from .shapes import BOX, CAPSULE, PLANE, SHAPE_NAMES, SPHERE, bounding_radius
+
+#: largest allowed time step as a fraction of the smallest collision time
+DT_FRACTION = 0.1
+PHASES = ("neighbours", "contacts", "integration", "checks")
+
+
+class SimulationError(RuntimeError):
+    """The run cannot go on (non-finite state, a body left the domain, bad setup)."""
+
+
+def _fmt(v) -> str:
+    return "(" + ", ".join(f"{float(x):.6g}" for x in v) + ")"
+
+
+def _vec3(value, name: str) -> np.ndarray:
+    a = np.asarray(value, dtype=np.float64)
+    if a.shape != (3,) or not np.isfinite(a).all():
+        raise ValueError(f"{name} must be 3 finite numbers, got {value!r}")
+    return a
+
+
+def _rows(value, n: int, name: str, default=None) -> np.ndarray:
+    """``value`` as float64[n, 3] (one row broadcast to all bodies, or n rows)."""
+    if value is None:
+        value = default
+    a = np.asarray(value, dtype=np.float64)
+    if a.ndim == 1:
+        a = np.broadcast_to(a, (n, a.shape[0]))
+    if a.ndim != 2 or a.shape[0] != n:
+        raise ValueError(f"{name} must have one row per body ({n}), got shape {a.shape}")
+    if not np.isfinite(a).all():
+        bad = int(np.flatnonzero(~np.isfinite(a).all(axis=1))[0])
+        raise ValueError(f"{name}[{bad}] is not finite: {a[bad]!r}")
+    return np.ascontiguousarray(a)
+
+
+class Simulation:
+    """A DEM simulation of rigid spheres, boxes, capsules and planes.
+
+    Parameters
+    ----------
+    dt : float
+        Time step [s].
+    gravity : 3 floats
+        Acceleration of gravity [m/s^2].
+    domain : ((xlo, ylo, zlo), (xhi, yhi, zhi)) or None
+        Simulation box. Needed for periodic axes and for outflow on walled axes; ``None`` means
+        unbounded space.
+    periodic : 3 bools
+        Periodic boundary per axis (needs ``domain``).
+    skin : float or None
+        Neighbour-list skin. ``None``: 0.1 x the smallest body diameter. ``0`` detects contacts
+        from scratch every step.
+    outflow : "error" | "delete"
+        What happens to a body whose centre leaves the domain on a non-periodic axis: stop the
+        run with :class:`SimulationError`, or delete it (counted in ``deleted``).
+    allow_large_dt : bool
+        Skip the stability guard (dt <= 0.1 x the smallest collision time).
+    """
+
+    def __init__(self, dt: float, gravity=(0.0, 0.0, 0.0), domain=None,
+                 periodic=(False, False, False), skin: float | None = None,
+                 outflow: str = "error", allow_large_dt: bool = False, broadphase=None):
+        try:
+            self.dt = float(dt)
+        except (TypeError, ValueError):
+            raise ValueError(f"dt must be a positive number, got {dt!r}") from None
+        if not (math.isfinite(self.dt) and self.dt > 0):
+            raise ValueError(f"dt must be a positive finite number, got {dt!r}")
+        self.gravity = _vec3(gravity, "gravity")
+        per = tuple(bool(p) for p in periodic)
+        if len(per) != 3:
+            raise ValueError(f"periodic must be 3 booleans, got {periodic!r}")
+        self.periodic = np.array(per)
+        if domain is None:
+            if any(per):
+                raise ValueError("periodic boundaries need a domain=((xlo, ylo, zlo), (xhi, yhi, zhi))")
+            self.lo = np.full(3, -np.inf)
+            self.hi = np.full(3, np.inf)
+        else:
+            try:
+                lo, hi = domain
+            except (TypeError, ValueError):
+                raise ValueError("domain must be ((xlo, ylo, zlo), (xhi, yhi, zhi)), got "
+                                 f"{domain!r}") from None
+            self.lo = _vec3(lo, "domain lower corner")
+            self.hi = _vec3(hi, "domain upper corner")
+            if not (self.hi > self.lo).all():
+                raise ValueError(f"domain: upper corner {tuple(self.hi)} must exceed the lower "
+                                 f"corner {tuple(self.lo)} on every axis")
+        self.walled = ~self.periodic & np.isfinite(self.lo)
+        self.box = np.where(self.periodic, self.hi - self.lo, 0.0)
+        if skin is not None:
+            skin = float(skin)
+            if not (math.isfinite(skin) and skin >= 0):
+                raise ValueError(f"skin must be a number >= 0, got {skin!r}")
+        self._skin_arg = skin
+        if outflow not in ("error", "delete"):
+            raise ValueError(f"outflow must be 'error' or 'delete', got {outflow!r}")
+        self.outflow = outflow
+        self.allow_large_dt = bool(allow_large_dt)
+        self.st = BodyStorage()
+        self.materials: list[Material] = []
+        self._overrides: dict = {}
+        self._table = None
+        self._broadphase = broadphase
+        self.nl: NeighbourList | None = None
+        self.step_count = 0
+        self.time = 0.0
+        self.deleted = 0
+        self.n_contacts = 0
+        self.timers = {p: 0.0 for p in PHASES}
+        self._next_uid = 0
+        self._ready = False
+        self._src = np.empty(0, dtype=np.int64)      # owner slot of each shadow
+
+    # ---- materials ---------------------------------------------------------------------------
+    def add_material(self, name: str, density: float, **params) -> Material:
+        """Add a material: ``density`` plus either ``restitution`` and ``collision_time`` or
+        ``stiffness`` and ``damping``; optional ``friction``, ``rolling_friction``,
+        ``tangential_stiffness_ratio``, ``tangential_damping_ratio`` (see :mod:`parsim.materials`)."""
+        if any(m.name == name for m in self.materials):
+            raise ValueError(f"material {name!r} exists already")
+        m = make_material(name, len(self.materials), density, **params)
+        self.materials.append(m)
+        self._table = None
+        return m
+
+    def set_interaction(self, a, b, **params) -> None:
+        """Contact parameters of the pair of materials a, b (overrides the mixing rules)."""
+        ma, mb = self._material(a), self._material(b)
+        self._overrides[(min(ma.index, mb.index), max(ma.index, mb.index))] = \
+            override_row(ma, mb, params)
+        self._table = None
+
+    def _material(self, m) -> Material:
+        if isinstance(m, Material) and m.index < len(self.materials) and \
+                self.materials[m.index] is m:
+            return m
+        if isinstance(m, str):
+            for mat in self.materials:
+                if mat.name == m:
+                    return mat
+        names = [x.name for x in self.materials] or "none yet; call add_material first"
+        raise ValueError(f"unknown material {m!r}; known materials: {names}")
+
+    @property
+    def table(self) -> np.ndarray:
+        if self._table is None:
+            self._table = pair_table(self.materials, self._overrides)
+        return self._table
+
+    # ---- bodies ------------------------------------------------------------------------------
+    def _add(self, shape: int, params: np.ndarray, centers, orientations, velocities,
+             angular_velocities, material, fixed: bool) -> np.ndarray:
+        mat = self._material(material)
+        name = SHAPE_NAMES[shape]
+        centers = _rows(centers, params.shape[0], f"{name} centers")
+        n = centers.shape[0]
+        if shape != PLANE:
+            k = {SPHERE: 1, BOX: 3, CAPSULE: 2}[shape]
+            bad = ~(np.isfinite(params[:, :k]) & (params[:, :k] > 0)).all(axis=1)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"{name} {i}: sizes must be finite and > 0, got {params[i, :k]!r}")
+        q = _rows(orientations, n, f"{name} orientations", (1.0, 0.0, 0.0, 0.0))
+        if q.shape[1] != 4:
+            raise ValueError(f"{name} orientations must be quaternions (w, x, y, z)")
+        norm = np.linalg.norm(q, axis=1)
+        if (norm < 1e-12).any():
+            raise ValueError(f"{name} orientation {int(np.argmin(norm))} is a zero quaternion")
+        q = q / norm[:, None]
+        v = _rows(velocities, n, f"{name} velocities", (0.0, 0.0, 0.0))
+        w = _rows(angular_velocities, n, f"{name} angular_velocities", (0.0, 0.0, 0.0))
+        if shape != PLANE:
+            out = (self.walled & ((centers < self.lo) | (centers >= self.hi))).any(axis=1)
+            if out.any():
+                i = int(np.flatnonzero(out)[0])
+                raise ValueError(f"{name} {i} at {tuple(centers[i])} lies outside the domain "
+                                 f"[{tuple(self.lo)}, {tuple(self.hi)}) on a non-periodic axis")
+        if self._next_uid + n > MAX_UID:
+            raise ValueError("too many bodies: uids exhausted")
+        mass, inertia = _mass_properties(shape, params, mat.density)
+        flags = np.zeros(n, dtype=np.uint8)
+        if fixed or shape == PLANE:
+            flags |= FIXED
+        if shape == PLANE:
+            flags |= INFINITE
+        movable = (flags & FIXED) == 0
+        uid = np.arange(self._next_uid, self._next_uid + n, dtype=np.int64)
+        self._next_uid += n
+        self._clear_shadows()
+        wraps = np.zeros((n, 3), dtype=np.int32)
+        if self.periodic.any():
+            box = np.where(self.periodic, self.hi - self.lo, 1.0)
+            k = np.floor((centers - self.lo) / box) * self.periodic
+            centers = centers - k * box
+            wraps[:] = k.astype(np.int32)
+        with np.errstate(divide="ignore"):
+            inv_mass = np.where(movable, 1.0 / mass, 0.0)
+            inv_inertia = np.where(movable[:, None], 1.0 / inertia, 0.0)
+        self.st.append_owned(dict(
+            uid=uid, shape=np.full(n, shape, np.int8), flags=flags,
+            material=np.full(n, mat.index, np.int32), params=params, mass=mass,
+            inv_mass=inv_mass, inertia=inertia, inv_inertia=inv_inertia,
+            bounding_radius=bounding_radius(np.full(n, shape), params), position=centers,
+            orientation=q, velocity=np.where(movable[:, None], v, 0.0),
+            angular_velocity=np.where(movable[:, None], w, 0.0), ref_position=centers,
+            ref_orientation=q, wraps=wraps))
+        self._ready = False
+        return uid
+
+    def add_spheres(self, centers, radii, material, velocities=None, angular_velocities=None,
+                    fixed: bool = False) -> np.ndarray:
+        """Add n spheres (centers float[n, 3], radii float[n]); returns their uids."""
+        r = np.atleast_1d(np.asarray(radii, dtype=np.float64))
+        params = np.zeros((r.shape[0], 3))
+        params[:, 0] = r
+        return self._add(SPHERE, params, centers, None, velocities, angular_velocities,
+                         material, fixed)
+
+    def add_sphere(self, center, radius, material, velocity=(0, 0, 0),
+                   angular_velocity=(0, 0, 0), fixed: bool = False) -> int:
+        """Add one sphere; returns its uid."""
+        return int(self.add_spheres([center], [radius], material, [velocity],
+                                    [angular_velocity], fixed)[0])
+
+    def add_boxes(self, centers, half_extents, material, orientations=None, velocities=None,
+                  angular_velocities=None, fixed: bool = False) -> np.ndarray:
+        """Add n boxes (half_extents float[n, 3] along the body axes); returns their uids."""
+        c = np.asarray(centers, dtype=np.float64)
+        he = _rows(half_extents, c.shape[0] if c.ndim == 2 else 1, "box half_extents")
+        return self._add(BOX, he.copy(), centers, orientations, velocities,
+                         angular_velocities, material, fixed)
+
+    def add_box(self, center, half_extents, orientation=(1, 0, 0, 0), material=None,
+                velocity=(0, 0, 0), angular_velocity=(0, 0, 0), fixed: bool = False) -> int:
+        """Add one box (cuboid) of the given half extents; returns its uid."""
+        return int(self.add_boxes([center], [half_extents], material, [orientation],
+                                  [velocity], [angular_velocity], fixed)[0])
+
+    def add_capsules(self, centers, radii, lengths, material, orientations=None,
+                     velocities=None, angular_velocities=None, fixed: bool = False) -> np.ndarray:
+        """Add n capsules: a cylinder of ``length`` (along the body x axis) and ``radius`` with
+        hemispherical caps; returns their uids."""
+        r = np.atleast_1d(np.asarray(radii, dtype=np.float64))
+        ln = np.broadcast_to(np.asarray(lengths, dtype=np.float64), r.shape)
+        params = np.zeros((r.shape[0], 3))
+        params[:, 0] = r
+        params[:, 1] = 0.5 * ln
+        if not (ln > 0).all():
+            raise ValueError(f"capsule lengths must be > 0, got {ln[~(ln > 0)][:1]}")
+        return self._add(CAPSULE, params, centers, orientations, velocities,
+                         angular_velocities, material, fixed)
+
+    def add_capsule(self, center, radius, length, orientation=(1, 0, 0, 0), material=None,
+                    velocity=(0, 0, 0), angular_velocity=(0, 0, 0), fixed: bool = False) -> int:
+        """Add one capsule (cylinder ``length`` + two hemispheres of ``radius``); its uid."""
+        return int(self.add_capsules([center], [radius], [length], material, [orientation],
+                                     [velocity], [angular_velocity], fixed)[0])
+
+    def add_plane(self, point, normal, material) -> int:
+        """Add a fixed infinite plane through ``point``; the solid lies behind ``normal``."""
+        p = _vec3(point, "plane point")
+        nrm = _vec3(normal, "plane normal")
+        ln = float(np.linalg.norm(nrm))
+        if ln < 1e-12:
+            raise ValueError(f"plane normal must be non-zero, got {normal!r}")
+        params = (nrm / ln)[None, :]
+        return int(self._add(PLANE, params, [p], None, None, None, material, True)[0])
+
+    # ---- state -------------------------------------------------------------------------------
+    @property
+    def n_bodies(self) -> int:
+        return self.st.n_owned
+
+    def state(self) -> dict:
+        """Owned bodies (planes included), sorted by uid: uid, shape, params, position,
+        orientation, velocity, angular_velocity, mass, material, flags (copies)."""
+        st = self.st
+        no = st.n_owned
+        order = np.argsort(st.uid[:no], kind="stable")
+        names = ("uid", "shape", "params", "position", "orientation", "velocity",
+                 "angular_velocity", "mass", "material", "flags", "wraps")
+        return {k: getattr(st, k)[:no][order].copy() for k in names}
+
+    def kinetic_energy(self) -> float:
+        """Translational + rotational kinetic energy of the movable bodies."""
+        st = self.st
+        et, er = I.kinetic_energy(st.n_owned, st.flags, st.mass, st.inertia, st.orientation,
+                                  st.velocity, st.angular_velocity)
+        return et + er
+
+    def memory_bytes(self) -> int:
+        return self.st.nbytes + (self.nl.nbytes if self.nl is not None else 0)
+
+    # ---- setup -------------------------------------------------------------------------------
+    @property
+    def skin(self) -> float:
+        if self._skin_arg is not None:
+            return self._skin_arg
+        st = self.st
+        finite = st.shape[: st.n_owned] != PLANE
+        if not finite.any():
+            return 0.0
+        return 0.1 * 2.0 * float(np.min(st.bounding_radius[: st.n_owned][finite]))
+
+    def smallest_collision_time(self) -> tuple[float, str]:
+        """Smallest normal collision time over the material pairs present, with the smallest
+        masses of each material (walls: the body's own mass)."""
+        st = self.st
+        no = st.n_owned
+        movable = (st.flags[:no] & FIXED) == 0
+        mats = st.material[:no]
+        best, where = math.inf, ""
+        m_min = {}
+        for k in np.unique(mats[movable]):
+            m_min[int(k)] = float(st.mass[:no][movable & (mats == k)].min())
+        fixed_mats = {int(k) for k in np.unique(mats[~movable])}
+        table = self.table
+        for a, ma in m_min.items():
+            for b, mb in m_min.items():
+                tc = collision_time(table[a, b], ma * mb / (ma + mb))
+                if tc < best:
+                    best, where = tc, f"{self.materials[a].name}/{self.materials[b].name}"
+            for b in fixed_mats:
+                tc = collision_time(table[a, b], ma)
+                if tc < best:
+                    best, where = tc, f"{self.materials[a].name}/{self.materials[b].name} (wall)"
+        return best, where
+
+    def _setup(self) -> None:
+        if not self.allow_large_dt:
+            tc, where = self.smallest_collision_time()
+            if self.dt > DT_FRACTION * tc:
+                raise SimulationError(
+                    f"dt = {self.dt:g} s exceeds {DT_FRACTION} x the smallest collision time "
+                    f"{tc:.4g} s (materials {where}); use dt <= {DT_FRACTION * tc:.4g} s, stiffer "
+                    "-> smaller dt, or pass allow_large_dt=True")
+        if self.nl is None:
+            self.nl = NeighbourList(self.skin, self._broadphase)
+        self.nl.skin = self.skin
+        self._rebuild()
+        self._forces()
+        self._ready = True
+
+    # ---- periodic images (the serial shadows) ---------------------------------------------------
+    def _clear_shadows(self) -> None:
+        self.st.clear_shadows()
+        self._src = np.empty(0, dtype=np.int64)
+
+    def _wrap(self) -> None:
+        """Move owned bodies back into the box on periodic axes (counted in ``wraps``)."""
+        if not self.periodic.any():
+            return
+        st = self.st
+        no = st.n_owned
+        box = np.where(self.periodic, self.hi - self.lo, 1.0)
+        pos = st.position[:no]
+        k = np.floor((pos - self.lo) / box) * self.periodic
+        moved = np.flatnonzero(k.any(axis=1))
+        if moved.size:
+            st.position[moved] -= k[moved] * box
+            st.wraps[moved] += k[moved].astype(np.int32)
+
+    def _make_images(self) -> None:
+        if not self.periodic.any():
+            return
+        st = self.st
+        no = st.n_owned
+        finite = np.flatnonzero(st.shape[:no] != PLANE)
+        if finite.size == 0:
+            return
+        rb = st.bounding_radius[finite]
+        halo = rb + float(rb.max()) + self.nl.skin + 1e-9 * (1.0 + float(np.abs(self.box).max()))
+        need = 2.0 * (2.0 * float(rb.max()) + self.nl.skin)
+        for d in np.flatnonzero(self.periodic):
+            if self.box[d] <= need:
+                raise SimulationError(
+                    f"periodic axis {'xyz'[d]}: the box length {self.box[d]:g} must exceed "
+                    f"2 x (largest body diameter + skin) = {need:g}; enlarge the domain")
+        pos = st.position[finite]
+        near_lo = (pos - self.lo < halo[:, None]) & self.periodic
+        near_hi = (self.hi - pos < halo[:, None]) & self.periodic
+        srcs, codes = [], []
+        for code in range(27):
+            if code == NO_SHIFT:
+                continue
+            s = (code % 3 - 1, (code // 3) % 3 - 1, code // 9 - 1)
+            mask = np.ones(finite.size, dtype=bool)
+            for d in range(3):
+                if s[d] == 1:
+                    mask &= near_lo[:, d]
+                elif s[d] == -1:
+                    mask &= near_hi[:, d]
+            if mask.any():
+                srcs.append(finite[mask])
+                codes.append(np.full(int(mask.sum()), code, dtype=np.int8))
+        if srcs:
+            src = np.concatenate(srcs)
+            st.append_shadows(src, np.concatenate(codes))
+            self._src = src
+
+    def _refresh_shadows(self) -> None:
+        st = self.st
+        if st.n_shadow:
+            sl = slice(st.n_owned, st.n)
+            for name in ("position", "orientation", "velocity", "angular_velocity"):
+                arr = getattr(st, name)
+                arr[sl] = arr[self._src]
+
+    def _rebuild(self) -> None:
+        self._clear_shadows()
+        if self.outflow == "delete" and self.walled.any():
+            st = self.st
+            out = np.zeros(st.n_owned, dtype=np.bool_)
+            if I.outside(st.n_owned, st.flags, st.position, self.lo, self.hi, self.walled, out):
+                gone = np.flatnonzero(out)
+                self.deleted += gone.size
+                st.remove_owned(gone)
+        self._wrap()
+        self._make_images()
+        self.nl.rebuild(self.st, self.box)
+
+    # ---- the step ----------------------------------------------------------------------------
+    def _forces(self) -> None:
+        st, nl = self.st, self.nl
+        if nl.general:
+            from .contacts_general import general_pair_forces
+            self.n_contacts = general_pair_forces(
+                nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material, st.mass,
+                st.position, st.orientation, st.velocity, st.angular_velocity, st.image,
+                self.table, self.box, self.dt, st.bounding_radius, nl.shear, nl.touching,
+                nl.pf, nl.pta, nl.ptb)
+        else:
+            self.n_contacts = sphere_pair_forces(
+                nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material, st.mass,
+                st.position, st.velocity, st.angular_velocity, st.image, self.table, self.box,
+                self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb)
+        accumulate(st.n_owned, nl.ptr, nl.entry_pair, nl.entry_side, nl.pf, nl.pta, nl.ptb,
+                   st.flags, st.mass, self.gravity, st.force, st.torque)
+
+    def step(self) -> None:
+        """Advance one time step."""
+        if not self._ready:
+            self._setup()
+        st, nl = self.st, self.nl
+        t0 = time.perf_counter()
+        moved = I.first_half(st.n_owned, self.dt, st.flags, st.shape, st.inv_mass, st.inertia,
+                             st.inv_inertia, st.bounding_radius, st.position, st.orientation,
+                             st.velocity, st.angular_velocity, st.force, st.torque,
+                             st.ref_position, st.ref_orientation)
+        t1 = time.perf_counter()
+        if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
+            self._check(self.step_count + 1)
+            self._rebuild()
+        else:
+            self._refresh_shadows()
+        t2 = time.perf_counter()
+        self._forces()
+        t3 = time.perf_counter()
+        I.second_half(st.n_owned, self.dt, st.flags, st.inv_mass, st.inertia, st.inv_inertia,
+                      st.orientation, st.velocity, st.angular_velocity, st.force, st.torque)
+        self.step_count += 1
+        self.time += self.dt
+        t4 = time.perf_counter()
+        self._check(self.step_count)
+        t5 = time.perf_counter()
+        tm = self.timers
+        tm["integration"] += (t1 - t0) + (t4 - t3)
+        tm["neighbours"] += t2 - t1
+        tm["contacts"] += t3 - t2
+        tm["checks"] += t5 - t4
+
+    def _check(self, step: int) -> None:
+        st = self.st
+        walled = self.walled if self.outflow == "error" else np.zeros(3, dtype=np.bool_)
+        i, cause = I.check_state(st.n_owned, st.flags, st.position, st.velocity,
+                                 st.angular_velocity, self.lo, self.hi, walled)
+        if i >= 0:
+            uid = int(st.uid[i])
+            if cause == 1:
+                what = (f"non-finite state (position {_fmt(st.position[i])}, velocity "
+                        f"{_fmt(st.velocity[i])}, angular velocity {_fmt(st.angular_velocity[i])})"
+                        "; the time step is probably too large for the contact stiffness")
+            else:
+                what = (f"its centre {_fmt(st.position[i])} left the domain "
+                        f"[{_fmt(self.lo)}, {_fmt(self.hi)}) (outflow = 'error'; use "
+                        "outflow = 'delete' to remove such bodies)")
+            raise SimulationError(f"body uid {uid} at step {step}: {what}")
+
+    def run(self, steps: int, callback=None, every: int = 0) -> None:
+        """Advance ``steps`` time steps; ``callback(sim)`` is called every ``every`` steps."""
+        steps = int(steps)
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        for k in range(steps):
+            self.step()
+            if callback is not None and every and self.step_count % every == 0:
+                callback(self)
+
+
+def _mass_properties(shape: int, params: np.ndarray, density: float):
+    """Vectorised mass and principal moments of n bodies of one shape."""
+    n = params.shape[0]
+    if shape == PLANE:
+        return np.zeros(n), np.zeros((n, 3))
+    if shape == SPHERE:
+        r = params[:, 0]
+        m = density * 4.0 / 3.0 * math.pi * r**3
+        return m, np.repeat((0.4 * m * r * r)[:, None], 3, axis=1)
+    if shape == BOX:
+        a, b, c = params[:, 0], params[:, 1], params[:, 2]
+        m = density * 8.0 * a * b * c
+        return m, np.stack([b * b + c * c, a * a + c * c, a * a + b * b], axis=1) * (m / 3.0)[:, None]
+    r, h = params[:, 0], params[:, 1]
+    m_cyl = density * math.pi * r * r * 2.0 * h
+    m_sph = density * 4.0 / 3.0 * math.pi * r**3
+    axial = m_cyl * r * r / 2.0 + m_sph * 0.4 * r * r
+    transverse = (m_cyl * ((2.0 * h) ** 2 / 12.0 + r * r / 4.0)
+                  + m_sph * (0.4 * r * r + h * h + 0.75 * h * r))
+    return m_cyl + m_sph, np.stack([axial, transverse, transverse], axis=1)

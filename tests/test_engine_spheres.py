@@ -1,0 +1,288 @@
+"""Analytic and conservation checks of the DEM engine with spheres and planes.
+
+Tolerances: the linear spring-dashpot contact is integrated with dt = t_c / 100, whose
+discretisation error in the rebound speed is < 1 % (0.7 % at e = 0.5; 0.07 % at t_c / 1000); rolling/sliding accelerations are compared
+to the rigid-body values within 1 % (the tangential spring adds a small elastic transient).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import parsim
+from parsim.integrator import _angular_momentum
+
+
+def test_restitution_sphere_plane_and_sphere_sphere():
+    for e in (0.5, 0.8, 0.95):
+        sim = parsim.Simulation(dt=1e-5)
+        m = sim.add_material("m", density=1000.0, restitution=e, collision_time=1e-3, friction=0.0)
+        sim.add_plane((0, 0, 0), (0, 0, 1), m)
+        sim.add_sphere((0, 0, 0.501), 0.5, m, velocity=(0, 0, -1))
+        sim.run(300)
+        assert sim.state()["velocity"][1, 2] == pytest.approx(e, rel=1e-2)
+
+        sim = parsim.Simulation(dt=1e-5)
+        m = sim.add_material("m", density=1000.0, restitution=e, collision_time=1e-3, friction=0.0)
+        sim.add_sphere((0, 0, 0), 0.5, m, velocity=(1, 0, 0))
+        sim.add_sphere((1.001, 0, 0), 0.5, m, velocity=(-1, 0, 0))
+        sim.run(300)
+        v = sim.state()["velocity"]
+        assert v[0, 0] == pytest.approx(-e, rel=1e-2)
+        assert v[1, 0] == -v[0, 0]                       # exact action = reaction
+
+
+def test_stiffness_parameterisation_matches_lammps_damping():
+    """kn, gamma_n (per unit m_eff) give e = exp(-gamma_n/2 * t_c), t_c = pi / sqrt(kn/m_eff - gamma_n^2/4)."""
+    kn, gn = 1e5, 41.4314
+    sim = parsim.Simulation(dt=2e-6)
+    m = sim.add_material("m", density=1.0, stiffness=kn, damping=gn, friction=0.0)
+    sim.add_sphere((0, 0, 0), 0.5, m, velocity=(0.5, 0, 0))
+    sim.add_sphere((1.0005, 0, 0), 0.5, m, velocity=(-0.5, 0, 0))
+    sim.run(5000)
+    meff = (math.pi / 6) / 2
+    tc = math.pi / math.sqrt(kn / meff - gn * gn / 4)
+    e = math.exp(-gn / 2 * tc)
+    assert e == pytest.approx(0.9, abs=2e-3)             # the peers' stated restitution
+    assert sim.state()["velocity"][1, 0] == pytest.approx(0.5 * e, rel=3e-3)
+
+
+def test_elastic_oblique_collision_conserves_energy_and_momentum():
+    sim = parsim.Simulation(dt=1e-5)
+    m = sim.add_material("m", density=1000.0, restitution=1.0, collision_time=1e-3, friction=0.3)
+    sim.add_sphere((0, 0, 0), 0.5, m, velocity=(1, 0.2, 0), angular_velocity=(0, 0, 3))
+    sim.add_sphere((0.9, 0.2, 0.05), 0.4, m, velocity=(-1, 0, 0.1))
+    s0 = sim.state()
+    mass = s0["mass"]
+    p0 = (mass[:, None] * s0["velocity"]).sum(axis=0)
+    e0 = sim.kinetic_energy()
+    sim.run(3000)
+    s1 = sim.state()
+    assert sim.nl.n_touching() == 0                       # the collision is over
+    p1 = (mass[:, None] * s1["velocity"]).sum(axis=0)
+    assert np.allclose(p1, p0, rtol=0, atol=1e-12 * np.abs(p0).max())
+    # frictional contact with e = 1 still dissipates through tangential damping; without the
+    # tangential dashpot energy is conserved
+    assert sim.kinetic_energy() <= e0 * (1 + 1e-9)
+    assert not np.allclose(s1["velocity"], s0["velocity"])
+
+    sim = parsim.Simulation(dt=1e-5)
+    m = sim.add_material("m", density=1000.0, restitution=1.0, collision_time=1e-3,
+                         friction=0.0)
+    sim.add_sphere((0, 0, 0), 0.5, m, velocity=(1, 0.2, 0))
+    sim.add_sphere((0.9, 0.2, 0.05), 0.4, m, velocity=(-1, 0, 0.1))
+    s0, e0 = sim.state(), sim.kinetic_energy()
+    sim.run(3000)
+    assert sim.nl.n_touching() == 0
+    assert not np.allclose(sim.state()["velocity"], s0["velocity"])
+    assert sim.kinetic_energy() == pytest.approx(e0, rel=1e-5)   # Verlet, dt = t_c / 100
+
+
+def _incline(theta_deg, mu, steps=6000):
+    th = math.radians(theta_deg)
+    g = 9.81
+    sim = parsim.Simulation(dt=2e-5, gravity=(g * math.sin(th), 0, -g * math.cos(th)))
+    m = sim.add_material("m", density=2500.0, restitution=0.3, collision_time=2e-4, friction=mu)
+    sim.add_plane((0, 0, 0), (0, 0, 1), m)
+    sim.add_sphere((0, 0, 0.1), 0.1, m)
+    sim.run(2000)                                        # settle onto the slope
+    x0, v0 = sim.state()["position"][1, 0], sim.state()["velocity"][1, 0]
+    sim.run(steps)
+    t = steps * sim.dt
+    x1, v1 = sim.state()["position"][1, 0], sim.state()["velocity"][1, 0]
+    return (v1 - v0) / t, sim.state()
+
+
+def test_sphere_rolls_down_incline_at_five_sevenths_g_sin_theta():
+    a, s = _incline(20.0, 0.8)
+    expected = 5.0 / 7.0 * 9.81 * math.sin(math.radians(20.0))
+    assert a == pytest.approx(expected, rel=1e-2)
+    # rolling without slip: v = omega x r
+    v, w = s["velocity"][1, 0], s["angular_velocity"][1, 1]
+    assert w * 0.1 == pytest.approx(v, rel=1e-2)
+
+
+def test_sphere_slides_down_steep_incline_with_kinetic_friction():
+    mu, th = 0.1, math.radians(35.0)
+    a, _ = _incline(35.0, mu)
+    assert a == pytest.approx(9.81 * (math.sin(th) - mu * math.cos(th)), rel=1e-2)
+
+
+def test_torque_free_asymmetric_box_keeps_angular_momentum_and_flips():
+    """Tennis-racket theorem: spin about the intermediate axis is unstable, but L and E hold."""
+    sim = parsim.Simulation(dt=1e-4)
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    sim.add_box((0, 0, 0), (0.5, 0.3, 0.1), material=m, angular_velocity=(0.05, 5.0, 0.05))
+    st = sim.st
+
+    def world_L():
+        return np.array(_angular_momentum(tuple(st.orientation[0]), st.inertia[0],
+                                          st.angular_velocity[0]))
+
+    L0, E0 = world_L(), sim.kinetic_energy()
+    body_wy = []
+    from parsim.rotation import quat_matrix
+    for _ in range(400):
+        sim.run(100)
+        R = np.array(quat_matrix(*st.orientation[0])).reshape(3, 3)
+        body_wy.append((R.T @ st.angular_velocity[0])[1])
+    assert np.abs(world_L() - L0).max() < 1e-8 * np.abs(L0).max()
+    assert sim.kinetic_energy() == pytest.approx(E0, rel=1e-7)
+    # the spin about the body's intermediate axis turns over completely (+5 -> about -5 rad/s)
+    assert body_wy[0] > 4.9 and min(body_wy) < -4.5
+
+
+def test_neighbour_skin_does_not_change_the_result_bitwise():
+    """Contacts are found from scratch (skin 0) or from a Verlet list (skin > 0): same bits."""
+    rng = np.random.default_rng(7)
+    finals = []
+    for skin in (0.0, 0.05, 0.3):
+        sim = parsim.Simulation(dt=5e-5, gravity=(0, 0, -9.81), domain=((0, 0, 0), (4, 4, 8)),
+                                periodic=(True, True, False), skin=skin)
+        m = sim.add_material("m", density=1000.0, restitution=0.5, collision_time=2e-3,
+                             friction=0.5)
+        sim.add_plane((0, 0, 0), (0, 0, 1), m)
+        g = np.stack(np.meshgrid(np.arange(8), np.arange(8), np.arange(4), indexing="ij"),
+                     -1).reshape(-1, 3)
+        pos = (g + 0.5) * (0.5, 0.5, 0.5) + (0, 0, 0.2)
+        r = np.random.default_rng(7).uniform(0.18, 0.25, len(pos))
+        v = np.random.default_rng(8).uniform(-1, 1, (len(pos), 3))
+        sim.add_spheres(pos, r, m, velocities=v)
+        sim.run(600)
+        finals.append(sim.state())
+        assert sim.n_contacts > 0
+    for s in finals[1:]:
+        for k in ("position", "velocity", "angular_velocity", "orientation"):
+            assert np.array_equal(s[k], finals[0][k]), k
+
+
+def test_periodic_seam_equals_shifted_open_cluster():
+    """A cluster straddling a periodic seam moves as the same cluster away from any boundary."""
+    rng = np.random.default_rng(3)
+    base = rng.uniform(-0.6, 0.6, (30, 3))
+    base[:, 2] *= 0.5
+    radii = rng.uniform(0.15, 0.2, 30)
+    vel = rng.uniform(-0.5, 0.5, (30, 3))
+    res = []
+    for periodic, centre in ((True, (0.0, 0.0, 0.0)), (False, (5.0, 5.0, 0.0))):
+        sim = parsim.Simulation(dt=5e-5, domain=((-5, -5, -50), (5, 5, 50)) if periodic else None,
+                                periodic=(periodic, periodic, False))
+        m = sim.add_material("m", density=1000.0, restitution=0.6, collision_time=2e-3,
+                             friction=0.4)
+        sim.add_spheres(base + centre, radii, m, velocities=vel)
+        sim.run(2000)
+        s = sim.state()
+        unwrapped = s["position"] + s["wraps"] * 10.0
+        res.append((unwrapped - centre, s["velocity"], s["angular_velocity"]))
+    assert np.allclose(res[0][0], res[1][0], atol=1e-9)
+    assert np.allclose(res[0][1], res[1][1], atol=1e-7)
+    assert np.allclose(res[0][2], res[1][2], atol=1e-6)
+    assert np.abs(res[0][1]).max() > 0.05                  # something happened
+
+
+def test_settled_pile_reaches_random_packing_and_rest():
+    """600 spheres poured as a loose lattice settle (rolling friction stops the last rollers)."""
+    sim = parsim.Simulation(dt=1e-4, gravity=(0, 0, -9.81), domain=((0, 0, 0), (4, 4, 20)),
+                            periodic=(True, True, False))
+    m = sim.add_material("m", density=2500.0, restitution=0.2, collision_time=2e-3, friction=0.5,
+                         rolling_friction=0.1)
+    sim.add_plane((0, 0, 0), (0, 0, 1), m)
+    g = np.stack(np.meshgrid(np.arange(10), np.arange(10), np.arange(6), indexing="ij"),
+                 -1).reshape(-1, 3)
+    pos = (g + 0.5) * 0.4 + (0, 0, 0.05)
+    rng = np.random.default_rng(11)
+    r = rng.uniform(0.15, 0.19, len(pos))
+    sim.add_spheres(pos + rng.uniform(-0.005, 0.005, pos.shape), r, m,
+                    velocities=rng.uniform(-0.2, 0.2, pos.shape))
+    peak = 0.0
+    for _ in range(25):                                   # at most 5 s of physical time
+        sim.run(2000)
+        peak = max(peak, sim.kinetic_energy())
+        vmax = float(np.abs(sim.state()["velocity"][1:]).max())
+        if vmax < 0.05:
+            break
+    assert vmax < 0.05                                    # stopped moving
+    assert sim.kinetic_energy() < 1e-4 * peak
+    s = sim.state()
+    z = s["position"][1:, 2]
+    rad = s["params"][1:, 0]
+    # packing fraction of the bulk layer (away from the floor and the free surface)
+    top = np.percentile(z + rad, 95)
+    lo_z, hi_z = 0.4, top - 0.4
+    # volume of sphere parts inside the slab [lo_z, hi_z]
+    def cap(rr, h):
+        h = np.clip(h, 0, 2 * rr)
+        return np.pi * h * h * (3 * rr - h) / 3
+    inside = cap(rad, hi_z - (z - rad)) - cap(rad, lo_z - (z - rad))
+    phi = inside.sum() / (16.0 * (hi_z - lo_z))
+    assert 0.55 < phi < 0.66, phi
+
+
+def test_stability_guard_and_override():
+    sim = parsim.Simulation(dt=1e-3)
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    sim.add_sphere((0, 0, 0), 0.5, m)
+    with pytest.raises(parsim.SimulationError, match=r"dt = 0.001 s exceeds 0.1 x the smallest"):
+        sim.run(1)
+    sim = parsim.Simulation(dt=1e-3, allow_large_dt=True)
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    sim.add_sphere((0, 0, 0), 0.5, m)
+    sim.run(1)
+
+
+def test_outflow_error_names_uid_and_step_and_delete_counts():
+    sim = parsim.Simulation(dt=1e-4, domain=((0, 0, 0), (1, 1, 1)))
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    sim.add_sphere((0.5, 0.5, 0.5), 0.1, m)
+    sim.add_sphere((0.5, 0.5, 0.99), 0.005, m, velocity=(0, 0, 10.0))
+    with pytest.raises(parsim.SimulationError, match=r"body uid 1 at step 10: .*left the domain"):
+        sim.run(100)
+    sim = parsim.Simulation(dt=1e-4, domain=((0, 0, 0), (1, 1, 1)), outflow="delete")
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    sim.add_sphere((0.5, 0.5, 0.5), 0.1, m)
+    sim.add_sphere((0.5, 0.5, 0.99), 0.005, m, velocity=(0, 0, 10.0))
+    sim.run(100)
+    assert sim.deleted == 1 and sim.n_bodies == 1
+    assert sim.state()["uid"].tolist() == [0]
+
+
+def test_non_finite_state_is_reported():
+    sim = parsim.Simulation(dt=1e-4)
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    sim.add_sphere((0, 0, 0), 0.1, m)
+    sim.add_sphere((0.5, 0, 0), 0.1, m)
+    sim.st.velocity[1, 0] = np.nan
+    with pytest.raises(parsim.SimulationError, match=r"body uid 1 at step 1: non-finite"):
+        sim.run(5)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(dt=0), "dt must be a positive"),
+    (dict(dt=1e-4, periodic=(True, False, False)), "periodic boundaries need a domain"),
+    (dict(dt=1e-4, domain=((0, 0, 0), (1, -1, 1))), "upper corner"),
+    (dict(dt=1e-4, outflow="bounce"), "outflow must be"),
+    (dict(dt=1e-4, skin=-1), "skin must be"),
+])
+def test_bad_simulation_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        parsim.Simulation(**kwargs)
+
+
+def test_bad_body_arguments():
+    sim = parsim.Simulation(dt=1e-4, domain=((0, 0, 0), (1, 1, 1)))
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    with pytest.raises(ValueError, match="unknown material 'x'"):
+        sim.add_sphere((0.5, 0.5, 0.5), 0.1, "x")
+    with pytest.raises(ValueError, match="sizes must be finite and > 0"):
+        sim.add_sphere((0.5, 0.5, 0.5), -0.1, m)
+    with pytest.raises(ValueError, match="outside the domain"):
+        sim.add_sphere((0.5, 0.5, 1.5), 0.1, m)
+    with pytest.raises(ValueError, match="zero quaternion"):
+        sim.add_box((0.5, 0.5, 0.5), (0.1, 0.1, 0.1), orientation=(0, 0, 0, 0), material=m)
+    with pytest.raises(ValueError, match="material 'm' exists"):
+        sim.add_material("m", density=1.0, restitution=0.5, collision_time=1e-3)
+    with pytest.raises(ValueError, match=r"material 'q': restitution = 1.5 is outside"):
+        sim.add_material("q", density=1.0, restitution=1.5, collision_time=1e-3)
