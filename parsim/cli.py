@@ -2,10 +2,10 @@
 
 Subcommands:
 
+* ``run CONFIG [--output DIR] [--steps N]`` -- run a TOML configuration (:mod:`parsim.runner`);
 * ``demo`` -- the slab-decomposed broad-phase demo (:mod:`parsim.demo`).
 
-``run``, ``restart`` and ``info`` will be added with the engine, the configuration files and the
-checkpoints; they are not registered yet.
+``restart`` and ``info`` come with the checkpoints (issue 5).
 
 Under MPI, launch through mpi4py so that an exception on one rank aborts the whole job::
 
@@ -42,6 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"parsim {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    run = commands.add_parser(
+        "run", help="run a simulation described by a TOML config",
+        description="Build the bodies of CONFIG, step them, write HDF5 snapshots to "
+        "DIR/snapshots.h5 (layout: docs/output.md) and print progress lines.")
+    run.add_argument("config", metavar="CONFIG", help="TOML configuration (see configs/)")
+    run.add_argument("--output", metavar="DIR", default=None,
+                     help="output directory (default: output/<config name>)")
+    run.add_argument("--steps", type=_non_negative_int, default=None, metavar="N",
+                     help="number of steps (default: [simulation] steps of the config)")
+    run.set_defaults(handler=_run)
+
     demo = commands.add_parser(
         "demo",
         help="broad-phase demo: random-walking bodies on slab-decomposed ranks",
@@ -61,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seed of the random numbers (default: %(default)s)")
     demo.set_defaults(handler=_demo)
     return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runner import run_config
+
+    return run_config(args.config, args.output, args.steps)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -77,8 +77,9 @@ def _cross(ax, ay, az, bx, by, bz):
 
 @njit(cache=True, inline="always")
 def contact_force(nx, ny, nz, delta, lax, lay, laz, lbx, lby, lbz,
-                  va, wa, vb, wb, meff, kn, gn, kt, gt, mu, dt, shear, h):
-    """Force on A (3-tuple) of one contact; updates the tangential spring ``shear[h]``."""
+                  va, wa, vb, wb, meff, kn, gn, kt, gt, mu, dt, shear, h, update):
+    """Force on A (3-tuple) and normal force of one contact; updates the tangential spring
+    ``shear[h]`` if ``update`` (not when forces are merely re-evaluated at setup, as LAMMPS)."""
     wla = _cross(wa[0], wa[1], wa[2], lax, lay, laz)
     wlb = _cross(wb[0], wb[1], wb[2], lbx, lby, lbz)
     vcx = va[0] + wla[0] - vb[0] - wlb[0]
@@ -117,9 +118,10 @@ def contact_force(nx, ny, nz, delta, lax, lay, laz, lbx, lby, lbz,
             ftz *= ratio
         else:
             ftx = fty = ftz = 0.0
-    shear[h, 0] = sx
-    shear[h, 1] = sy
-    shear[h, 2] = sz
+    if update:
+        shear[h, 0] = sx
+        shear[h, 1] = sy
+        shear[h, 2] = sz
     return (fn * nx + ftx, fn * ny + fty, fn * nz + ftz, fn)
 
 
@@ -153,10 +155,11 @@ def _rolling_torque(mu_r, fn, ra, rb, wa, wb, nx, ny, nz):
 
 
 @njit(cache=True, inline="always")
-def _clear_pair(p, h, nh, shear, touching, pf, pta, ptb):
-    for k in range(nh):
-        touching[h + k] = False
-        shear[h + k, 0] = shear[h + k, 1] = shear[h + k, 2] = 0.0
+def _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, update):
+    if update:
+        for k in range(nh):
+            touching[h + k] = False
+            shear[h + k, 0] = shear[h + k, 1] = shear[h + k, 2] = 0.0
     pf[p, 0] = pf[p, 1] = pf[p, 2] = 0.0
     pta[p, 0] = pta[p, 1] = pta[p, 2] = 0.0
     ptb[p, 0] = ptb[p, 1] = ptb[p, 2] = 0.0
@@ -164,7 +167,7 @@ def _clear_pair(p, h, nh, shear, touching, pf, pta, ptb):
 
 @njit(cache=True, inline="always")
 def _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position, velocity,
-                 angular_velocity, image, table, box, dt, shear, touching, pf, pta, ptb, zero):
+                 angular_velocity, image, table, box, dt, shear, touching, pf, pta, ptb, zero, update):
     """One sphere-sphere or sphere-plane (B) pair; returns 1 if touching."""
     ra = params[a, 0]
     nx = ny = nz = 0.0
@@ -191,9 +194,10 @@ def _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position, vel
                 nz = 1.0
             delta = rsum - r
     if delta <= 0.0:
-        _clear_pair(p, h, 1, shear, touching, pf, pta, ptb)
+        _clear_pair(p, h, 1, shear, touching, pf, pta, ptb, update)
         return 0
-    touching[h] = True
+    if update:
+        touching[h] = True
     meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
     kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
     wb = angular_velocity[b]
@@ -204,7 +208,7 @@ def _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position, vel
     fx, fy, fz, fn = contact_force(nx, ny, nz, delta, -ra * nx, -ra * ny, -ra * nz,
                                    rb * nx, rb * ny, rb * nz, velocity[a],
                                    angular_velocity[a], vb, wb, meff, kn, gn, kt, gt, mu,
-                                   dt, shear, h)
+                                   dt, shear, h, update)
     pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz
     # la x F with la = -ra n;  -(lb x F) with lb = rb n
     cx, cy, cz = _cross(nx, ny, nz, fx, fy, fz)
@@ -225,7 +229,8 @@ def _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position, vel
 
 @njit(cache=True)
 def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, position, velocity,
-                       angular_velocity, image, table, box, dt, shear, touching, pf, pta, ptb):
+                       angular_velocity, image, table, box, dt, shear, touching, pf, pta, ptb,
+                       update):
     """Forces of pairs whose bodies are spheres or (as B) planes; writes pf (force on A), pta,
     ptb (torques on A and B) per pair, updates the springs ``shear`` and flags ``touching``
     (a spring whose contact is open is reset to zero). Returns the number of touching contacts.
@@ -235,7 +240,7 @@ def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posit
     for p in range(pa.shape[0]):
         count += _sphere_pair(p, pa[p], pb[p], hist[p], shape, params, flags, material, mass,
                               position, velocity, angular_velocity, image, table, box, dt,
-                              shear, touching, pf, pta, ptb, zero)
+                              shear, touching, pf, pta, ptb, zero, update)
     return count
 
 

@@ -20,7 +20,7 @@ from .shapes import PLANE, SPHERE
 @njit(cache=True)
 def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, position,
                         orientation, velocity, angular_velocity, image, table, box, dt,
-                        bounding_radius, shear, touching, pf, pta, ptb):
+                        bounding_radius, shear, touching, pf, pta, ptb, update):
     """Like :func:`parsim.contacts.sphere_pair_forces` for pairs of any shapes."""
     zero = np.zeros(3)
     normals = np.zeros((4, 3))
@@ -37,7 +37,7 @@ def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posi
         if sa == SPHERE and (sb == SPHERE or sb == PLANE):
             count += _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position,
                                   velocity, angular_velocity, image, table, box, dt, shear,
-                                  touching, pf, pta, ptb, zero)
+                                  touching, pf, pta, ptb, zero, update)
             continue
         nh = 4
         if sb == PLANE:
@@ -50,7 +50,7 @@ def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posi
         k = collide(sa, params[a], position[a], orientation[a], sb, params[b], posb,
                     orientation[b], normals, points, depths)
         if k == 0:
-            _clear_pair(p, h, nh, shear, touching, pf, pta, ptb)
+            _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, update)
             continue
         meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
         kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
@@ -64,10 +64,12 @@ def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posi
         tbx = tby = tbz = 0.0
         for c in range(nh):
             if c >= k:
-                touching[h + c] = False
-                shear[h + c, 0] = shear[h + c, 1] = shear[h + c, 2] = 0.0
+                if update:
+                    touching[h + c] = False
+                    shear[h + c, 0] = shear[h + c, 1] = shear[h + c, 2] = 0.0
                 continue
-            touching[h + c] = True
+            if update:
+                touching[h + c] = True
             count += 1
             nx, ny, nz = normals[c, 0], normals[c, 1], normals[c, 2]
             lax = points[c, 0] - position[a, 0]
@@ -78,7 +80,7 @@ def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posi
             lbz = points[c, 2] - posb[2]
             cfx, cfy, cfz, fn = contact_force(nx, ny, nz, depths[c], lax, lay, laz, lbx, lby,
                                               lbz, velocity[a], angular_velocity[a], vb, wb,
-                                              meff, kn, gn, kt, gt, mu, dt, shear, h + c)
+                                              meff, kn, gn, kt, gt, mu, dt, shear, h + c, update)
             fx += cfx
             fy += cfy
             fz += cfz

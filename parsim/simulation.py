@@ -370,7 +370,9 @@ class Simulation:
             self.nl = NeighbourList(self.skin, self._broadphase)
         self.nl.skin = self.skin
         self._rebuild()
-        self._forces()
+        # as LAMMPS, setup evaluates forces without advancing the springs (a re-setup after
+        # inserting bodies, or a restart, must not advance them twice in one step)
+        self._forces(update=False)
         self._ready = True
 
     # ---- periodic images (the serial shadows) ---------------------------------------------------
@@ -452,7 +454,7 @@ class Simulation:
         self.nl.rebuild(self.st, self.box)
 
     # ---- the step ----------------------------------------------------------------------------
-    def _forces(self) -> None:
+    def _forces(self, update: bool = True) -> None:
         st, nl = self.st, self.nl
         if nl.general:
             from .contacts_general import general_pair_forces
@@ -460,12 +462,12 @@ class Simulation:
                 nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material, st.mass,
                 st.position, st.orientation, st.velocity, st.angular_velocity, st.image,
                 self.table, self.box, self.dt, st.bounding_radius, nl.shear, nl.touching,
-                nl.pf, nl.pta, nl.ptb)
+                nl.pf, nl.pta, nl.ptb, update)
         else:
             self.n_contacts = sphere_pair_forces(
                 nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material, st.mass,
                 st.position, st.velocity, st.angular_velocity, st.image, self.table, self.box,
-                self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb)
+                self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, update)
         accumulate(st.n_owned, nl.ptr, nl.entry_pair, nl.entry_side, nl.pf, nl.pta, nl.ptb,
                    st.flags, st.mass, self.gravity, st.force, st.torque)
 

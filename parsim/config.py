@@ -1,0 +1,583 @@
+"""TOML run configurations: parsing, validation, and building a :class:`parsim.Simulation`.
+
+The layout is documented in ``docs/configs.md``; ``configs/`` holds runnable examples. Every field
+is checked, and an error names the file, the field (``[[bodies]][2].radius``) and the allowed
+range. Body generators (``[[bodies]]``):
+
+* ``lattice``  - bodies on a simple cubic lattice filling ``region`` with ``spacing``;
+* ``random``   - ``count`` bodies at random, non-overlapping (bounding spheres) places in
+  ``region`` (random sequential addition);
+* ``rain``     - like ``random``, but ``count`` bodies are inserted every ``every`` steps until
+  ``total`` have been poured (poured insertion); each batch avoids the bodies already there;
+* ``file``     - bodies read from an HDF5 or ``.npz`` file (datasets ``position`` and
+  ``radius`` or ``diameter``; optional ``velocity``, ``angular_velocity``).
+
+Sizes: spheres ``radius``, boxes ``half_extents``, capsules ``radius`` and ``length``; a
+``scale`` distribution multiplies them per body (``{distribution = "uniform", min, max}``,
+``{distribution = "lognormal", median, sigma, min, max}``, ``{distribution = "choice", values,
+weights}``). Random numbers come from ``[simulation] seed`` and the generator's index, so a
+config always produces the same bodies.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from .simulation import Simulation
+
+
+class ConfigError(ValueError):
+    """A configuration file is malformed; the message names the file and the field."""
+
+
+SHAPES = ("sphere", "box", "capsule")
+KINDS = ("lattice", "random", "rain", "file")
+
+
+class _Table:
+    """A TOML table with the path of its fields for error messages; tracks unknown keys."""
+
+    def __init__(self, data, where: str, src: str):
+        if not isinstance(data, dict):
+            raise ConfigError(f"{src}: {where} must be a table, got {data!r}")
+        self.data, self.where, self.src = data, where, src
+        self.used: set[str] = set()
+
+    def err(self, key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{self.src}: {self.where}.{key}: {msg}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default=None):
+        self.used.add(key)
+        return self.data.get(key, default)
+
+    def number(self, key: str, default=None, low=-math.inf, high=math.inf, low_open=False,
+               integer=False):
+        self.used.add(key)
+        if key not in self.data:
+            if default is None:
+                raise self.err(key, "is required")
+            return default
+        v = self.data[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+            raise self.err(key, f"must be {'an integer' if integer else 'a number'}, got {v!r}")
+        ok = (v > low if low_open else v >= low) and v <= high and math.isfinite(v)
+        if not ok:
+            lo_b = "(" if low_open else "["
+            raise self.err(key, f"= {v!r} is outside the allowed range {lo_b}{low}, {high}]")
+        return v
+
+    def vector(self, key: str, default=None, n: int = 3, kind=float):
+        self.used.add(key)
+        if key not in self.data:
+            if default is None:
+                raise self.err(key, f"is required ({n} values)")
+            return np.array(default, dtype=kind)
+        v = self.data[key]
+        if not isinstance(v, list) or len(v) != n or not all(
+                isinstance(x, (int, float, bool)) for x in v):
+            raise self.err(key, f"must be a list of {n} {'booleans' if kind is bool else 'numbers'}, got {v!r}")
+        if kind is bool and not all(isinstance(x, bool) for x in v):
+            raise self.err(key, f"must be a list of {n} booleans (true/false), got {v!r}")
+        a = np.array(v, dtype=kind)
+        if kind is float and not np.isfinite(a).all():
+            raise self.err(key, f"must be finite, got {v!r}")
+        return a
+
+    def choice(self, key: str, options, default=None):
+        self.used.add(key)
+        v = self.data.get(key, default)
+        if v is None:
+            raise self.err(key, f"is required (one of {', '.join(map(repr, options))})")
+        if v not in options:
+            raise self.err(key, f"= {v!r}; allowed: {', '.join(map(repr, options))}")
+        return v
+
+    def string(self, key: str, default=None) -> str:
+        self.used.add(key)
+        v = self.data.get(key, default)
+        if not isinstance(v, str):
+            raise self.err(key, f"must be a string, got {v!r}")
+        return v
+
+    def boolean(self, key: str, default: bool) -> bool:
+        self.used.add(key)
+        v = self.data.get(key, default)
+        if not isinstance(v, bool):
+            raise self.err(key, f"must be true or false, got {v!r}")
+        return v
+
+    def done(self) -> None:
+        extra = sorted(set(self.data) - self.used)
+        if extra:
+            raise ConfigError(f"{self.src}: {self.where}: unknown field(s) {', '.join(extra)} "
+                              f"(allowed: {', '.join(sorted(self.used))})")
+
+
+@dataclass
+class RainSchedule:
+    """Pending poured insertion of one ``rain`` generator."""
+
+    index: int
+    every: int
+    count: int
+    remaining: int
+    spec: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunConfig:
+    """A validated configuration: the simulation built from it and the run settings."""
+
+    path: str
+    text: str
+    steps: int
+    output_every: int
+    progress_every: int
+    seed: int
+    sim: Simulation
+    rains: list
+
+
+def load(path, steps: int | None = None) -> RunConfig:
+    """Read, validate and build the configuration in ``path``."""
+    p = Path(path)
+    src = str(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{src}: cannot read the config file ({e.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{src}: not valid TOML: {e}") from None
+    return build(data, src, text, steps, base=p.parent)
+
+
+def build(data: dict, src: str = "<config>", text: str = "", steps: int | None = None,
+          base: Path | None = None) -> RunConfig:
+    top = _Table(data, "", src)
+    top.where = "(top level)"
+    sim_t = _Table(top.raw("simulation", {}), "[simulation]", src)
+    dom_t = _Table(top.raw("domain", {}), "[domain]", src)
+    out_t = _Table(top.raw("output", {}), "[output]", src)
+    mats = top.raw("materials", [])
+    walls = top.raw("walls", [])
+    gens = top.raw("bodies", [])
+    top.done()
+
+    dt = sim_t.number("dt", low=0.0, low_open=True)
+    n_steps = sim_t.number("steps", low=0, integer=True)
+    if steps is not None:
+        n_steps = int(steps)
+    gravity = sim_t.vector("gravity", (0.0, 0.0, 0.0))
+    skin = sim_t.number("skin", -1.0, low=0.0) if sim_t.has("skin") else None
+    outflow = sim_t.choice("outflow", ("error", "delete"), "error")
+    allow = sim_t.boolean("allow_large_dt", False)
+    seed = sim_t.number("seed", 0, low=0, integer=True)
+    sim_t.done()
+
+    lo = dom_t.vector("lo")
+    hi = dom_t.vector("hi")
+    if not (hi > lo).all():
+        raise dom_t.err("hi", f"must exceed lo on every axis (lo = {lo.tolist()}, hi = {hi.tolist()})")
+    periodic = dom_t.vector("periodic", (False, False, False), kind=bool)
+    box_walls = dom_t.boolean("walls", False)
+    dom_t.done()
+
+    every = out_t.number("every", max(n_steps, 1), low=1, integer=True)
+    progress = out_t.number("progress_every", max(n_steps // 20, 1), low=1, integer=True)
+    out_t.done()
+
+    sim = Simulation(dt=dt, gravity=gravity, domain=(lo, hi), periodic=periodic, skin=skin,
+                     outflow=outflow, allow_large_dt=allow)
+    if not isinstance(mats, list) or not mats:
+        raise ConfigError(f"{src}: [[materials]]: at least one material is required")
+    material_keys = ("density", "restitution", "collision_time", "stiffness", "damping",
+                     "friction", "rolling_friction", "tangential_stiffness_ratio",
+                     "tangential_damping_ratio")
+    for i, m in enumerate(mats):
+        t = _Table(m, f"[[materials]][{i}]", src)
+        name = t.string("name")
+        kw = {k: t.raw(k) for k in material_keys if t.has(k)}
+        t.done()
+        try:
+            sim.add_material(name, **kw)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{src}: [[materials]][{i}]: {e}") from None
+    first = sim.materials[0].name
+    if box_walls:
+        wall_mat = first
+        for d in range(3):
+            if not periodic[d]:
+                n = np.zeros(3)
+                n[d] = 1.0
+                sim.add_plane(lo, n, wall_mat)
+                sim.add_plane(hi, -n, wall_mat)
+    if not isinstance(walls, list):
+        raise ConfigError(f"{src}: [[walls]] must be an array of tables")
+    for i, w in enumerate(walls):
+        t = _Table(w, f"[[walls]][{i}]", src)
+        point = t.vector("point")
+        normal = t.vector("normal")
+        mat = t.string("material", first)
+        t.done()
+        if np.linalg.norm(normal) < 1e-12:
+            raise t.err("normal", "must be a non-zero vector")
+        _add(t, "material", lambda: sim.add_plane(point, normal, mat))
+    rng_root = np.random.SeedSequence(seed)
+    if not isinstance(gens, list):
+        raise ConfigError(f"{src}: [[bodies]] must be an array of tables")
+    rains = []
+    children = rng_root.spawn(max(len(gens), 1))
+    for i, g in enumerate(gens):
+        t = _Table(g, f"[[bodies]][{i}]", src)
+        spec = _generator_spec(t, sim, base)
+        rng = np.random.default_rng(children[i])
+        spec["rng"] = rng
+        if spec["kind"] == "rain":
+            rains.append(RainSchedule(i, spec["every"], spec["count"], spec["total"], spec))
+            pour(sim, rains[-1], t)
+        else:
+            _generate(sim, spec, t)
+    if sim.n_bodies == 0:
+        raise ConfigError(f"{src}: the configuration creates no bodies; add a [[bodies]] generator")
+    return RunConfig(src, text, n_steps, every, progress, seed, sim, rains)
+
+
+def _add(t: _Table, key: str, fn):
+    try:
+        return fn()
+    except ValueError as e:
+        raise t.err(key, str(e)) from None
+
+
+def _distribution(t: _Table, key: str):
+    """A size-scale distribution: returns f(rng, n) -> float[n] (or None if absent)."""
+    if not t.has(key):
+        t.used.add(key)
+        return None
+    d = _Table(t.raw(key), f"{t.where}.{key}", t.src)
+    kind = d.choice("distribution", ("uniform", "lognormal", "choice"))
+    if kind == "uniform":
+        a = d.number("min", low=0.0, low_open=True)
+        b = d.number("max", low=a)
+        d.done()
+        return lambda rng, n: rng.uniform(a, b, n)
+    if kind == "lognormal":
+        med = d.number("median", low=0.0, low_open=True)
+        sig = d.number("sigma", low=0.0)
+        a = d.number("min", med * 1e-3, low=0.0, low_open=True)
+        b = d.number("max", med * 1e3, low=a)
+        d.done()
+        return lambda rng, n: np.clip(med * np.exp(sig * rng.standard_normal(n)), a, b)
+    vals = d.raw("values")
+    w = d.raw("weights", None)
+    d.done()
+    if not isinstance(vals, list) or not vals or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals):
+        raise d.err("values", f"must be a non-empty list of numbers > 0, got {vals!r}")
+    if w is None:
+        w = [1.0] * len(vals)
+    if not isinstance(w, list) or len(w) != len(vals) or not all(
+            isinstance(v, (int, float)) and v >= 0 for v in w) or sum(w) <= 0:
+        raise d.err("weights", f"must be {len(vals)} numbers >= 0 with a positive sum, got {w!r}")
+    p = np.array(w, float) / sum(w)
+    v = np.array(vals, float)
+    return lambda rng, n: rng.choice(v, size=n, p=p)
+
+
+def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
+    kind = t.choice("kind", KINDS)
+    shape = t.choice("shape", SHAPES, "sphere")
+    mat = t.string("material", sim.materials[0].name)
+    try:
+        sim._material(mat)
+    except ValueError as e:
+        raise t.err("material", str(e)) from None
+    spec = dict(kind=kind, shape=shape, material=mat, where=t.where)
+    if kind == "file":
+        spec["path"] = t.string("path")
+        p = Path(spec["path"])
+        if not p.is_absolute() and base is not None:
+            p = base / p
+        spec["path"] = p
+        spec["velocity"] = t.vector("velocity", (0.0, 0.0, 0.0))
+        t.done()
+        if shape != "sphere":
+            raise t.err("shape", "file generators read spheres only")
+        return spec
+    if shape == "sphere":
+        spec["size"] = np.array([t.number("radius", low=0.0, low_open=True)])
+    elif shape == "box":
+        he = t.vector("half_extents")
+        if not (he > 0).all():
+            raise t.err("half_extents", f"must be 3 numbers > 0, got {he.tolist()}")
+        spec["size"] = he
+    else:
+        spec["size"] = np.array([t.number("radius", low=0.0, low_open=True),
+                                 t.number("length", low=0.0, low_open=True)])
+    spec["scale"] = _distribution(t, "scale")
+    region = t.raw("region")
+    if region is None:
+        region = [sim.lo.tolist(), sim.hi.tolist()]
+    if (not isinstance(region, list) or len(region) != 2
+            or not all(isinstance(c, list) and len(c) == 3 for c in region)):
+        raise t.err("region", f"must be [[xlo, ylo, zlo], [xhi, yhi, zhi]], got {region!r}")
+    rlo, rhi = np.array(region[0], float), np.array(region[1], float)
+    if not (rhi > rlo).all():
+        raise t.err("region", "upper corner must exceed the lower corner on every axis")
+    inside = (rlo >= sim.lo - 1e-12).all() and (rhi <= sim.hi + 1e-12).all()
+    if not inside:
+        raise t.err("region", f"must lie inside the domain [{sim.lo.tolist()}, {sim.hi.tolist()}]")
+    spec["region"] = (rlo, rhi)
+    spec["velocity"] = t.vector("velocity", (0.0, 0.0, 0.0))
+    spec["random_velocity"] = t.number("random_velocity", 0.0, low=0.0)
+    spec["random_orientation"] = t.boolean("random_orientation", shape != "sphere")
+    if kind == "lattice":
+        spec["spacing"] = t.number("spacing", low=0.0, low_open=True)
+        spec["jitter"] = t.number("jitter", 0.0, low=0.0)
+    else:
+        spec["count"] = t.number("count", low=1, integer=True)
+        spec["max_attempts"] = t.number("max_attempts", 200, low=1, integer=True)
+        if kind == "rain":
+            spec["every"] = t.number("every", low=1, integer=True)
+            spec["total"] = t.number("total", low=1, integer=True)
+    t.done()
+    return spec
+
+
+def _bounding(shape: str, size: np.ndarray) -> np.ndarray:
+    """Bounding radius of bodies of per-body sizes (float[n, k])."""
+    if shape == "sphere":
+        return size[:, 0]
+    if shape == "box":
+        return np.linalg.norm(size, axis=1)
+    return size[:, 0] + 0.5 * size[:, 1]
+
+
+def _sizes(spec, rng, n):
+    size = np.repeat(spec["size"][None, :], n, axis=0)
+    if spec["scale"] is not None:
+        size = size * spec["scale"](rng, n)[:, None]
+    return size
+
+
+def _place(sim, spec, t, centers, size, rng):
+    n = centers.shape[0]
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    v = spec["velocity"] + spec["random_velocity"] * rng.uniform(-1, 1, (n, 3))
+    q = None
+    if spec["random_orientation"]:
+        q = rng.standard_normal((n, 4))
+        q /= np.linalg.norm(q, axis=1)[:, None]
+    shape, mat = spec["shape"], spec["material"]
+    if shape == "sphere":
+        return _add(t, "shape", lambda: sim.add_spheres(centers, size[:, 0], mat, velocities=v))
+    if shape == "box":
+        return _add(t, "shape", lambda: sim.add_boxes(centers, size, mat, orientations=q,
+                                                      velocities=v))
+    return _add(t, "shape", lambda: sim.add_capsules(centers, size[:, 0], size[:, 1], mat,
+                                                     orientations=q, velocities=v))
+
+
+def _generate(sim: Simulation, spec: dict, t: _Table) -> None:
+    rng = spec["rng"]
+    kind = spec["kind"]
+    if kind == "file":
+        pos, rad, vel, ang = _read_bodies(spec["path"], t)
+        _add(t, "path", lambda: sim.add_spheres(pos, rad, spec["material"],
+                                                velocities=vel + spec["velocity"],
+                                                angular_velocities=ang))
+        return
+    rlo, rhi = spec["region"]
+    if kind == "lattice":
+        a = spec["spacing"]
+        counts = np.floor((rhi - rlo) / a + 1e-9).astype(int)
+        if (counts < 1).any():
+            raise t.err("spacing", f"{a} is larger than the region {(rhi - rlo).tolist()}")
+        g = np.stack(np.meshgrid(*[np.arange(c) for c in counts], indexing="ij"), -1)
+        centers = rlo + (g.reshape(-1, 3) + 0.5) * a
+        size = _sizes(spec, rng, centers.shape[0])
+        rb = _bounding(spec["shape"], size)
+        if (2 * rb > a * (1 + 1e-12)).any():
+            raise t.err("spacing", f"{a} is smaller than the largest body's bounding diameter "
+                                   f"{2 * rb.max():.4g}: bodies would overlap")
+        if spec["jitter"]:
+            centers = centers + spec["jitter"] * rng.uniform(-1, 1, centers.shape)
+        _place(sim, spec, t, centers, size, rng)
+        return
+    _random_batch(sim, spec, t, spec["count"])
+
+
+def _random_batch(sim, spec, t, count) -> int:
+    rng = spec["rng"]
+    rlo, rhi = spec["region"]
+    size = _sizes(spec, rng, count)
+    rb = _bounding(spec["shape"], size)
+    order = np.argsort(-rb, kind="stable")           # big bodies first pack best
+    size, rb = size[order], rb[order]
+    if (2 * rb >= (rhi - rlo).min()).any():
+        raise t.err("region", f"is too small for bodies of bounding diameter {2 * rb.max():.4g}")
+    st = sim.st
+    no = st.n_owned
+    finite = st.shape[:no] != 3
+    obs_pos = np.ascontiguousarray(st.position[:no][finite])
+    obs_r = np.ascontiguousarray(st.bounding_radius[:no][finite])
+    seed = int(rng.integers(0, 2**31 - 1))
+    centers = np.zeros((count, 3))
+    placed = _rsa(rlo, rhi, rb, obs_pos, obs_r, seed, spec["max_attempts"], centers)
+    if placed < count and spec["kind"] == "random":
+        raise t.err("count", f"only {placed} of {count} bodies fit in the region without overlap "
+                             f"after {spec['max_attempts']} attempts each; enlarge the region or "
+                             "lower the count")
+    _place(sim, spec, t, centers[:placed], size[:placed], rng)
+    return placed
+
+
+def pour(sim: Simulation, rain: RainSchedule, t: _Table | None = None) -> int:
+    """Insert the next batch of a ``rain`` generator (fewer if the region is crowded)."""
+    if rain.remaining <= 0:
+        return 0
+    t = t or _Table({}, rain.spec["where"], "<rain>")
+    k = _random_batch(sim, rain.spec, t, min(rain.count, rain.remaining))
+    rain.remaining -= min(rain.count, rain.remaining)
+    return k
+
+
+@njit(cache=True)
+def _rsa(lo, hi, radii, obs_pos, obs_r, seed, attempts, out):
+    """Random sequential addition of balls of ``radii`` in the box [lo + r, hi - r], avoiding
+    each other and the obstacles; a uniform grid of cell 2 r_max makes each test O(1)."""
+    np.random.seed(seed)
+    n = radii.shape[0]
+    rmax = radii.max()
+    if obs_r.shape[0]:
+        rmax = max(rmax, obs_r.max())
+    cell = 2.0 * rmax
+    dims = np.empty(3, dtype=np.int64)
+    for d in range(3):
+        dims[d] = max(1, min(256, int((hi[d] - lo[d]) / cell) + 1))
+    cell_of = np.empty(3)
+    for d in range(3):
+        cell_of[d] = (hi[d] - lo[d]) / dims[d]
+    n_obs = obs_r.shape[0]
+    total = n + n_obs
+    px = np.empty((total, 3))
+    pr = np.empty(total)
+    head = np.full(dims[0] * dims[1] * dims[2], -1, dtype=np.int64)
+    nxt = np.full(total, -1, dtype=np.int64)
+    m = 0
+    for j in range(n_obs):
+        inside = True
+        c = 0
+        for d in range(3):
+            x = obs_pos[j, d]
+            if x < lo[d] - rmax * 2 or x > hi[d] + rmax * 2:
+                inside = False
+        if not inside:
+            continue
+        for d in range(3):
+            px[m, d] = obs_pos[j, d]
+        pr[m] = obs_r[j]
+        c = _cell(px[m], lo, cell_of, dims)
+        nxt[m] = head[c]
+        head[c] = m
+        m += 1
+    placed = 0
+    for i in range(n):
+        r = radii[i]
+        ok = False
+        x = np.empty(3)
+        for _a in range(attempts):
+            for d in range(3):
+                x[d] = lo[d] + r + np.random.random() * (hi[d] - lo[d] - 2 * r)
+            ok = True
+            ci = np.empty(3, dtype=np.int64)
+            for d in range(3):
+                ci[d] = min(dims[d] - 1, max(0, int((x[d] - lo[d]) / cell_of[d])))
+            for dx in range(-1, 2):
+                for dy in range(-1, 2):
+                    for dz in range(-1, 2):
+                        a0, a1, a2 = ci[0] + dx, ci[1] + dy, ci[2] + dz
+                        if a0 < 0 or a1 < 0 or a2 < 0 or a0 >= dims[0] or a1 >= dims[1] or a2 >= dims[2]:
+                            continue
+                        k = head[(a0 * dims[1] + a1) * dims[2] + a2]
+                        while k >= 0:
+                            s = 0.0
+                            for d in range(3):
+                                s += (px[k, d] - x[d]) ** 2
+                            if s < (pr[k] + r) ** 2:
+                                ok = False
+                                break
+                            k = nxt[k]
+                        if not ok:
+                            break
+                    if not ok:
+                        break
+                if not ok:
+                    break
+            if ok:
+                break
+        if not ok:
+            continue
+        for d in range(3):
+            px[m, d] = x[d]
+            out[placed, d] = x[d]
+        pr[m] = r
+        c = _cell(px[m], lo, cell_of, dims)
+        nxt[m] = head[c]
+        head[c] = m
+        m += 1
+        placed += 1
+    return placed
+
+
+@njit(cache=True)
+def _cell(x, lo, cell_of, dims):
+    c = np.empty(3, dtype=np.int64)
+    for d in range(3):
+        c[d] = min(dims[d] - 1, max(0, int((x[d] - lo[d]) / cell_of[d])))
+    return (c[0] * dims[1] + c[1]) * dims[2] + c[2]
+
+
+def _read_bodies(path: Path, t: _Table):
+    """Spheres from an ``.npz`` or HDF5 file (position, radius or diameter, optional velocity
+    and angular_velocity)."""
+    if not path.exists():
+        raise t.err("path", f"file {str(path)!r} does not exist")
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as f:
+                data = {k: f[k] for k in f.files}
+        else:
+            import h5py
+            with h5py.File(path, "r") as f:
+                data = {k: f[k][()] for k in f.keys() if isinstance(f[k], h5py.Dataset)}
+    except Exception as e:  # noqa: BLE001 - any reader failure becomes a config error
+        raise t.err("path", f"cannot read {str(path)!r} as .npz or HDF5: {e}") from None
+    if "position" not in data:
+        raise t.err("path", f"{str(path)!r} has no 'position' dataset (found {sorted(data)})")
+    pos = np.asarray(data["position"], float)
+    if pos.ndim != 2 or pos.shape[1] != 3:
+        raise t.err("path", f"{str(path)!r}: 'position' must have shape (n, 3), got {pos.shape}")
+    n = pos.shape[0]
+    if "radius" in data:
+        rad = np.asarray(data["radius"], float)
+    elif "diameter" in data:
+        rad = 0.5 * np.asarray(data["diameter"], float)
+    else:
+        raise t.err("path", f"{str(path)!r} has neither 'radius' nor 'diameter'")
+    rad = np.broadcast_to(rad, (n,)).copy()
+    vel = np.asarray(data.get("velocity", np.zeros((n, 3))), float)
+    ang = np.asarray(data.get("angular_velocity", np.zeros((n, 3))), float)
+    return pos, rad, vel, ang
