@@ -32,11 +32,15 @@ def quat_mul(aw, ax, ay, az, bw, bx, by, bz):
 
 @njit(cache=True, inline="always")
 def quat_from_rotation_vector(vx, vy, vz):
-    """Quaternion of the rotation by angle |v| about v (exact exponential map)."""
-    angle = math.sqrt(vx * vx + vy * vy + vz * vz)
-    if angle < 1e-12:
-        # second-order Taylor expansion of (cos(a/2), sin(a/2)/a * v)
-        return (1.0 - angle * angle / 8.0, 0.5 * vx, 0.5 * vy, 0.5 * vz)
+    """Quaternion of the rotation by angle |v| about v (exponential map, exact in float64: below
+    an angle of 1e-2 the series of cos(a/2) and sin(a/2)/a to a^6 is used, whose truncation
+    error a^8/10^7 is far below one ulp, and which avoids the trigonometric calls)."""
+    a2 = vx * vx + vy * vy + vz * vz
+    if a2 < 1e-4:
+        c = 1.0 - a2 * (1.0 / 8.0 - a2 * (1.0 / 384.0 - a2 * (1.0 / 46080.0)))
+        s = 0.5 - a2 * (1.0 / 48.0 - a2 * (1.0 / 3840.0 - a2 * (1.0 / 645120.0)))
+        return (c, vx * s, vy * s, vz * s)
+    angle = math.sqrt(a2)
     s = math.sin(0.5 * angle) / angle
     return (math.cos(0.5 * angle), vx * s, vy * s, vz * s)
 

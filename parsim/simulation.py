@@ -19,6 +19,7 @@ import math
 import time
 
 import numpy as np
+from numba import njit
 
 from . import integrator as I
 from .bodies import FIXED, INFINITE, MAX_UID, NO_SHIFT, SHADOW, BodyStorage, image_code
@@ -435,10 +436,8 @@ class Simulation:
     def _refresh_shadows(self) -> None:
         st = self.st
         if st.n_shadow:
-            sl = slice(st.n_owned, st.n)
-            for name in ("position", "orientation", "velocity", "angular_velocity"):
-                arr = getattr(st, name)
-                arr[sl] = arr[self._src]
+            _copy_state(self._src, st.n_owned, st.position, st.orientation, st.velocity,
+                        st.angular_velocity)
 
     def _rebuild(self) -> None:
         self._clear_shadows()
@@ -529,6 +528,20 @@ class Simulation:
             self.step()
             if callback is not None and every and self.step_count % every == 0:
                 callback(self)
+
+
+@njit(cache=True)
+def _copy_state(src, start, position, orientation, velocity, angular_velocity):
+    """Shadow slots start.. take the pose and velocities of their sources."""
+    for k in range(src.shape[0]):
+        i = src[k]
+        j = start + k
+        for d in range(3):
+            position[j, d] = position[i, d]
+            velocity[j, d] = velocity[i, d]
+            angular_velocity[j, d] = angular_velocity[i, d]
+        for d in range(4):
+            orientation[j, d] = orientation[i, d]
 
 
 def _mass_properties(shape: int, params: np.ndarray, density: float):
