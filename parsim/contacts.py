@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .bodies import FIXED
 from .materials import (MODE_RESTITUTION, P_GN, P_GT_RATIO, P_KN, P_KT_RATIO, P_MODE, P_MU,
@@ -227,7 +227,7 @@ def _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position, vel
     return 1
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, position, velocity,
                        angular_velocity, image, table, box, dt, shear, touching, pf, pta, ptb,
                        update):
@@ -239,7 +239,7 @@ def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posit
     # array arguments as cheaply (measured 3x slower on the S2b bed)
     zero = np.zeros(3)
     count = 0
-    for p in range(pa.shape[0]):
+    for p in prange(pa.shape[0]):
         a = pa[p]
         b = pb[p]
         h = hist[p]
@@ -302,13 +302,13 @@ def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posit
     return count
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def accumulate(n_owned, ptr, entry_pair, entry_side, pf, pta, ptb, flags, mass, gravity,
                force, torque):
     """Total force and torque of owned bodies: their pair contributions in the precomputed
     canonical order (by partner key), then gravity. Fixed bodies get zero."""
     gx, gy, gz = gravity[0], gravity[1], gravity[2]
-    for i in range(n_owned):
+    for i in prange(n_owned):
         fx = fy = fz = 0.0
         tx = ty = tz = 0.0
         for e in range(ptr[i], ptr[i + 1]):

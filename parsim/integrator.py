@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .bodies import FIXED
 from .rotation import quat_from_rotation_vector, quat_matrix, quat_mul
@@ -58,7 +58,7 @@ def _rotate(q, wx, wy, wz, h):
     return (r[0] * s, r[1] * s, r[2] * s, r[3] * s)
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_radius, position,
                orientation, velocity, angular_velocity, force, torque, ref_position,
                ref_orientation):
@@ -67,7 +67,7 @@ def first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_rad
     which decides when the neighbour list is rebuilt."""
     h = 0.5 * dt
     moved = 0.0
-    for i in range(n):
+    for i in prange(n):
         if flags[i] & FIXED:
             continue
         im = inv_mass[i]
@@ -99,17 +99,16 @@ def first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_rad
             r = ref_orientation[i]
             c = abs(qn[0] * r[0] + qn[1] * r[1] + qn[2] * r[2] + qn[3] * r[3])
             m += bounding_radius[i] * 2.0 * math.acos(min(c, 1.0))
-        if m > moved:
-            moved = m
+        moved = max(moved, m)
     return moved
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def second_half(n, dt, flags, inv_mass, inertia, inv_inertia, orientation, velocity,
                 angular_velocity, force, torque):
     """Second half kick of bodies 0..n-1 with the new forces."""
     h = 0.5 * dt
-    for i in range(n):
+    for i in prange(n):
         if flags[i] & FIXED:
             continue
         im = inv_mass[i]

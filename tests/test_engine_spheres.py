@@ -286,3 +286,30 @@ def test_bad_body_arguments():
         sim.add_material("m", density=1.0, restitution=0.5, collision_time=1e-3)
     with pytest.raises(ValueError, match=r"material 'q': restitution = 1.5 is outside"):
         sim.add_material("q", density=1.0, restitution=1.5, collision_time=1e-3)
+
+
+def test_thread_count_does_not_change_the_result_bitwise():
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.fail("this test needs numba with >= 2 threads (NUMBA_NUM_THREADS)")
+    finals = []
+    for threads in (1, 2):
+        numba.set_num_threads(threads)
+        try:
+            sim = parsim.Simulation(dt=5e-5, gravity=(0, 0, -9.81),
+                                    domain=((0, 0, 0), (3, 3, 6)), periodic=(True, True, False))
+            m = sim.add_material("m", density=1000.0, restitution=0.5, collision_time=2e-3,
+                                 friction=0.5, rolling_friction=0.01)
+            sim.add_plane((0, 0, 0), (0, 0, 1), m)
+            g = np.stack(np.meshgrid(np.arange(6), np.arange(6), np.arange(6), indexing="ij"),
+                         -1).reshape(-1, 3)
+            rng = np.random.default_rng(9)
+            sim.add_spheres((g + 0.5) * 0.5, rng.uniform(0.2, 0.25, len(g)), m,
+                            velocities=rng.uniform(-1, 1, (len(g), 3)))
+            sim.run(800)
+            finals.append(sim.state())
+        finally:
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    for k in ("position", "velocity", "angular_velocity", "orientation"):
+        assert np.array_equal(finals[0][k], finals[1][k]), k
