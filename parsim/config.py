@@ -203,7 +203,7 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
         raise ConfigError(f"{src}: [[materials]]: at least one material is required")
     material_keys = ("density", "restitution", "collision_time", "stiffness", "damping",
                      "friction", "rolling_friction", "tangential_stiffness_ratio",
-                     "tangential_damping_ratio")
+                     "tangential_damping_ratio", "model")
     for i, m in enumerate(mats):
         t = _Table(m, f"[[materials]][{i}]", src)
         name = t.string("name")

@@ -35,8 +35,8 @@ import numpy as np
 from numba import njit, prange
 
 from .bodies import FIXED
-from .materials import (MODE_RESTITUTION, P_GN, P_GT_RATIO, P_KN, P_KT_RATIO, P_MODE, P_MU,
-                        P_MU_ROLL)
+from .materials import (MODE_RESTITUTION, P_GN, P_GT_RATIO, P_HERTZ, P_KN, P_KT_RATIO, P_MODE,
+                        P_MU, P_MU_ROLL)
 from .shapes import PLANE, SPHERE
 
 #: history slots (tangential springs) per pair kind
@@ -136,6 +136,15 @@ def _pair_params(table, mat_a, mat_b, meff):
 
 
 @njit(cache=True, inline="always")
+def _hertz_factor(table, mat_a, mat_b, delta, reff):
+    """sqrt(delta R_eff) for Hertz-Mindlin pairs (LAMMPS gran/hertz/history scales kn, gamma_n,
+    kt and gamma_t by it), 1 for linear pairs."""
+    if table[mat_a, mat_b, P_HERTZ] != 0.0:
+        return math.sqrt(delta * reff)
+    return 1.0
+
+
+@njit(cache=True, inline="always")
 def _rolling_torque(mu_r, fn, ra, rb, wa, wb, nx, ny, nz):
     """Constant-torque rolling resistance (on A): ``-mu_r |Fn| R_eff`` along the relative rolling
     velocity (the part of wa - wb perpendicular to n)."""
@@ -200,6 +209,12 @@ def _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position, vel
         touching[h] = True
     meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
     kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
+    hz = _hertz_factor(table, material[a], material[b], delta,
+                       ra * rb / (ra + rb) if rb > 0.0 else ra)
+    kn *= hz
+    gn *= hz
+    kt *= hz
+    gt *= hz
     wb = angular_velocity[b]
     vb = velocity[b]
     if shape[b] == PLANE:
@@ -274,6 +289,12 @@ def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posit
             touching[h] = True
         meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
         kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
+        hz = _hertz_factor(table, material[a], material[b], delta,
+                           ra * rb / (ra + rb) if rb > 0.0 else ra)
+        kn *= hz
+        gn *= hz
+        kt *= hz
+        gt *= hz
         wb = angular_velocity[b]
         vb = velocity[b]
         if shape[b] == PLANE:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .contacts import (_clear_pair, _cross, _pair_params, _rolling_torque, _sphere_pair,
+from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _rolling_torque, _sphere_pair,
                        contact_force, effective_mass, relative_shift)
 from .narrowphase import collide
 from .shapes import PLANE, SPHERE
@@ -78,9 +78,14 @@ def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posi
             lbx = points[c, 0] - posb[0]
             lby = points[c, 1] - posb[1]
             lbz = points[c, 2] - posb[2]
+            rbb = bounding_radius[b] if sb != PLANE else 0.0
+            ra_ = bounding_radius[a]
+            hz = _hertz_factor(table, material[a], material[b], depths[c],
+                               ra_ * rbb / (ra_ + rbb) if rbb > 0.0 else ra_)
             cfx, cfy, cfz, fn = contact_force(nx, ny, nz, depths[c], lax, lay, laz, lbx, lby,
                                               lbz, velocity[a], angular_velocity[a], vb, wb,
-                                              meff, kn, gn, kt, gt, mu, dt, shear, h + c, update)
+                                              meff, kn * hz, gn * hz, kt * hz, gt * hz, mu, dt,
+                                              shear, h + c, update)
             fx += cfx
             fy += cfy
             fz += cfz

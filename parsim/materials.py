@@ -14,6 +14,10 @@ damping ``gamma_t = tangential_damping_ratio * gamma_n`` (default 1/2, as LAMMPS
 ``friction`` is the Coulomb coefficient mu; ``rolling_friction`` the coefficient mu_r of the
 rolling-resistance torque (default 0: off).
 
+``model = "hertz"`` (with stiffness and damping) makes the contact Hertz-Mindlin as LAMMPS's
+``gran/hertz/history``: kn, gamma_n, kt and gamma_t are multiplied by sqrt(delta R_eff)
+(R_eff = r_a r_b / (r_a + r_b), against a plane r_a; bounding radii for boxes and capsules).
+
 Mixing rules for two different materials (override any pair with
 :meth:`parsim.Simulation.set_interaction`):
 
@@ -39,8 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 # columns of the pair table (float64[n_materials, n_materials, N_PARAMS])
-P_MODE, P_KN, P_GN, P_KT_RATIO, P_GT_RATIO, P_MU, P_MU_ROLL = range(7)
-N_PARAMS = 7
+P_MODE, P_KN, P_GN, P_KT_RATIO, P_GT_RATIO, P_MU, P_MU_ROLL, P_HERTZ = range(8)
+N_PARAMS = 8
 MODE_STIFFNESS, MODE_RESTITUTION = 0.0, 1.0
 
 
@@ -59,6 +63,7 @@ class Material:
     collision_time: float | None = None
     tangential_stiffness_ratio: float = 2.0 / 7.0
     tangential_damping_ratio: float = 0.5
+    model: str = "hooke"
 
     @property
     def mode(self) -> float:
@@ -83,7 +88,8 @@ def _check(name: str, field: str, value, low: float, high: float = math.inf,
 
 def make_material(name: str, index: int, density, restitution=None, collision_time=None,
                   stiffness=None, damping=None, friction=0.5, rolling_friction=0.0,
-                  tangential_stiffness_ratio=2.0 / 7.0, tangential_damping_ratio=0.5) -> Material:
+                  tangential_stiffness_ratio=2.0 / 7.0, tangential_damping_ratio=0.5,
+                  model="hooke") -> Material:
     """Validate the parameters of a material (errors name the material and the field)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"a material needs a non-empty name, got {name!r}")
@@ -95,7 +101,13 @@ def make_material(name: str, index: int, density, restitution=None, collision_ti
     if not by_stiffness and not by_restitution:
         raise ValueError(f"material {name!r}: give stiffness and damping, or restitution and "
                          "collision_time")
+    if model not in ("hooke", "hertz"):
+        raise ValueError(f"material {name!r}: model must be 'hooke' or 'hertz', got {model!r}")
+    if model == "hertz" and by_restitution:
+        raise ValueError(f"material {name!r}: the hertz model takes stiffness and damping "
+                         "(restitution and collision_time define a linear contact)")
     kw = dict(
+        model=model,
         name=name, index=index, density=_check(name, "density", density, 0.0, low_open=True),
         friction=_check(name, "friction", friction, 0.0),
         rolling_friction=_check(name, "rolling_friction", rolling_friction, 0.0),
@@ -131,6 +143,7 @@ def _row(m: Material) -> np.ndarray:
     row[P_GT_RATIO] = m.tangential_damping_ratio
     row[P_MU] = m.friction
     row[P_MU_ROLL] = m.rolling_friction
+    row[P_HERTZ] = 1.0 if m.model == "hertz" else 0.0
     return row
 
 
@@ -141,6 +154,10 @@ def mixed(a: Material, b: Material, overrides: dict) -> np.ndarray:
         return overrides[key]
     if a.index == b.index:
         return _row(a)
+    if a.model != b.model:
+        raise ValueError(
+            f"materials {a.name!r} and {b.name!r} use different contact models ({a.model} vs "
+            f"{b.model}); set their pair with set_interaction(a, b, ...)")
     if a.mode != b.mode:
         raise ValueError(
             f"materials {a.name!r} and {b.name!r} use different contact parameters (stiffness "
@@ -157,7 +174,7 @@ def mixed(a: Material, b: Material, overrides: dict) -> np.ndarray:
 
 
 def _common(a: Material, b: Material) -> dict:
-    return dict(friction=math.sqrt(a.friction * b.friction),
+    return dict(model=a.model, friction=math.sqrt(a.friction * b.friction),
                 rolling_friction=math.sqrt(a.rolling_friction * b.rolling_friction),
                 tangential_stiffness_ratio=0.5 * (a.tangential_stiffness_ratio
                                                   + b.tangential_stiffness_ratio),

@@ -313,3 +313,35 @@ def test_thread_count_does_not_change_the_result_bitwise():
             numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     for k in ("position", "velocity", "angular_velocity", "orientation"):
         assert np.array_equal(finals[0][k], finals[1][k]), k
+
+
+def test_hertz_contact_duration_matches_hertz_theory():
+    """F = kn sqrt(R_eff) delta^1.5 (LAMMPS gran/hertz/history), i.e. E* = 3 kn / 4:
+    t_c = 2.868 (m_eff^2 / (R_eff E*^2 v))^(1/5) for an undamped head-on collision."""
+    kn, v = 1e6, 0.5
+    sim = parsim.Simulation(dt=1e-6, allow_large_dt=True)
+    m = sim.add_material("m", density=1000.0, stiffness=kn, damping=0.0, friction=0.0,
+                         model="hertz")
+    sim.add_sphere((0, 0, 0), 0.05, m, velocity=(v / 2, 0, 0))
+    sim.add_sphere((0.1001, 0, 0), 0.05, m, velocity=(-v / 2, 0, 0))
+    steps_in_contact = 0
+    for _ in range(20000):
+        sim.step()
+        steps_in_contact += sim.n_contacts
+    mass = 1000.0 * 4 / 3 * math.pi * 0.05**3
+    meff, reff, estar = mass / 2, 0.025, 0.75 * kn
+    tc = 2.868 * (meff**2 / (reff * estar**2 * v)) ** 0.2
+    assert steps_in_contact * sim.dt == pytest.approx(tc, rel=1e-2)
+    assert sim.state()["velocity"][1, 0] == pytest.approx(v / 2, rel=1e-4)   # elastic
+
+
+def test_hertz_needs_stiffness_form_and_matching_partner():
+    sim = parsim.Simulation(dt=1e-5)
+    with pytest.raises(ValueError, match="hertz model takes stiffness and damping"):
+        sim.add_material("h", density=1.0, restitution=0.5, collision_time=1e-3, model="hertz")
+    a = sim.add_material("a", density=1.0, stiffness=1e5, damping=1.0, model="hertz")
+    b = sim.add_material("b", density=1.0, stiffness=1e5, damping=1.0)
+    sim.add_sphere((0, 0, 0), 0.1, a)
+    sim.add_sphere((1, 0, 0), 0.1, b)
+    with pytest.raises(ValueError, match="different contact models"):
+        sim.run(1)
