@@ -34,6 +34,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .parallel import dual
+
 from .bodies import FIXED
 from .materials import (MODE_RESTITUTION, P_GN, P_GT_RATIO, P_HERTZ, P_KN, P_KT_RATIO, P_MODE,
                         P_MU, P_MU_ROLL)
@@ -242,19 +244,20 @@ def _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position, vel
     return 1
 
 
-@njit(cache=True, parallel=True)
-def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, position, velocity,
-                       angular_velocity, image, table, box, dt, shear, touching, pf, pta, ptb,
-                       update):
+def _sphere_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass, position,
+                       velocity, angular_velocity, image, table, box, dt, shear, touching, pf,
+                       pta, ptb, update):
     """Forces of pairs whose bodies are spheres or (as B) planes; writes pf (force on A), pta,
     ptb (torques on A and B) per pair, updates the springs ``shear`` and flags ``touching``
-    (a spring whose contact is open is reset to zero). Returns the number of touching contacts.
+    (a spring whose contact is open is reset to zero). Handles the pairs ``sel``; returns the
+    number of touching contacts.
     """
     # the body of _sphere_pair, written out: numba does not inline a call with this many
     # array arguments as cheaply (measured 3x slower on the S2b bed)
     zero = np.zeros(3)
     count = 0
-    for p in prange(pa.shape[0]):
+    for q in prange(sel.shape[0]):
+        p = sel[q]
         a = pa[p]
         b = pb[p]
         h = hist[p]
@@ -323,8 +326,7 @@ def sphere_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posit
     return count
 
 
-@njit(cache=True, parallel=True)
-def accumulate(n_owned, ptr, entry_pair, entry_side, pf, pta, ptb, flags, mass, gravity,
+def _accumulate(n_owned, ptr, entry_pair, entry_side, pf, pta, ptb, flags, mass, gravity,
                force, torque):
     """Total force and torque of owned bodies: their pair contributions in the precomputed
     canonical order (by partner key), then gravity. Fixed bodies get zero."""
@@ -357,3 +359,7 @@ def accumulate(n_owned, ptr, entry_pair, entry_side, pf, pta, ptb, flags, mass, 
             fz += m * gz
         force[i, 0], force[i, 1], force[i, 2] = fx, fy, fz
         torque[i, 0], torque[i, 1], torque[i, 2] = tx, ty, tz
+
+
+sphere_pair_forces = dual(_sphere_pair_forces)
+accumulate = dual(_accumulate)

@@ -8,37 +8,45 @@ returned by :func:`parsim.narrowphase.collide`; lever arms are the contact point
 
 from __future__ import annotations
 
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
-from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _rolling_torque, _sphere_pair,
+from .parallel import dual
+
+from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _rolling_torque,
                        contact_force, effective_mass, relative_shift)
-from .narrowphase import collide
+from .narrowphase import WORK_SIZE, collide_into
 from .shapes import PLANE, SPHERE
 
 
-@njit(cache=True)
-def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, position,
+def scratch(threads: int):
+    """Per-thread buffers of :func:`general_pair_forces`."""
+    return (np.zeros((threads, 4, 3)), np.zeros((threads, 4, 3)), np.zeros((threads, 4)),
+            np.zeros((threads, 3)), np.zeros((threads, WORK_SIZE)))
+
+
+def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass, position,
                         orientation, velocity, angular_velocity, image, table, box, dt,
-                        bounding_radius, shear, touching, pf, pta, ptb, update):
-    """Like :func:`parsim.contacts.sphere_pair_forces` for pairs of any shapes."""
+                        bounding_radius, shear, touching, pf, pta, ptb, update, t_normals,
+                        t_points, t_depths, t_posb, t_work):
+    """Like :func:`parsim.contacts.sphere_pair_forces` for the pairs ``sel`` that involve a box
+    or a capsule. ``t_*`` are per-thread scratch buffers (:func:`scratch`)."""
     zero = np.zeros(3)
-    normals = np.zeros((4, 3))
-    points = np.zeros((4, 3))
-    depths = np.zeros(4)
-    posb = np.zeros(3)
     count = 0
-    for p in range(pa.shape[0]):
+    for q in prange(sel.shape[0]):
+        p = sel[q]
+        tid = numba.get_thread_id()
+        normals = t_normals[tid]
+        points = t_points[tid]
+        depths = t_depths[tid]
+        posb = t_posb[tid]
+        work = t_work[tid]
         a = pa[p]
         b = pb[p]
         h = hist[p]
         sa = shape[a]
         sb = shape[b]
-        if sa == SPHERE and (sb == SPHERE or sb == PLANE):
-            count += _sphere_pair(p, a, b, h, shape, params, flags, material, mass, position,
-                                  velocity, angular_velocity, image, table, box, dt, shear,
-                                  touching, pf, pta, ptb, zero, update)
-            continue
         nh = 4
         if sb == PLANE:
             posb[0], posb[1], posb[2] = position[b, 0], position[b, 1], position[b, 2]
@@ -47,8 +55,8 @@ def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posi
             posb[0] = position[b, 0] + sx
             posb[1] = position[b, 1] + sy
             posb[2] = position[b, 2] + sz
-        k = collide(sa, params[a], position[a], orientation[a], sb, params[b], posb,
-                    orientation[b], normals, points, depths)
+        k = collide_into(sa, params[a], position[a], orientation[a], sb, params[b], posb,
+                         orientation[b], normals, points, depths, work)
         if k == 0:
             _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, update)
             continue
@@ -111,3 +119,6 @@ def general_pair_forces(pa, pb, hist, shape, params, flags, material, mass, posi
         pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
         ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz
     return count
+
+
+general_pair_forces = dual(_general_pair_forces)

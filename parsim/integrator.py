@@ -19,6 +19,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .parallel import dual
+
 from .bodies import FIXED
 from .rotation import quat_from_rotation_vector, quat_matrix, quat_mul
 from .shapes import SPHERE
@@ -58,8 +60,7 @@ def _rotate(q, wx, wy, wz, h):
     return (r[0] * s, r[1] * s, r[2] * s, r[3] * s)
 
 
-@njit(cache=True, parallel=True)
-def first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_radius, position,
+def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_radius, position,
                orientation, velocity, angular_velocity, force, torque, ref_position,
                ref_orientation):
     """Half kick + drift + rotation of bodies 0..n-1. Returns the largest distance any point of
@@ -103,8 +104,7 @@ def first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_rad
     return moved
 
 
-@njit(cache=True, parallel=True)
-def second_half(n, dt, flags, inv_mass, inertia, inv_inertia, orientation, velocity,
+def _second_half(n, dt, flags, inv_mass, inertia, inv_inertia, orientation, velocity,
                 angular_velocity, force, torque):
     """Second half kick of bodies 0..n-1 with the new forces."""
     h = 0.5 * dt
@@ -175,3 +175,7 @@ def kinetic_energy(n, flags, mass, inertia, orientation, velocity, angular_veloc
         w = angular_velocity[i]
         er += 0.5 * (L[0] * w[0] + L[1] * w[1] + L[2] * w[2])
     return et, er
+
+
+first_half = dual(_first_half)
+second_half = dual(_second_half)

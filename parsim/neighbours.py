@@ -114,6 +114,7 @@ class NeighbourList:
         self.ptr = np.zeros(1, dtype=np.int64)
         self.entry_pair = self.entry_side = empty_i
         self.general = False                           # any pair needing the full narrow phase
+        self.simple_idx = self.general_idx = empty_i   # pairs for the sphere / general kernel
         self.builds = 0
 
     @property
@@ -212,6 +213,8 @@ class NeighbourList:
         self.pa, self.pb, self.key_a, self.key_b = pa, pb, key_a, key_b
         self.hist, self.nh, self.shear, self.touching = hist, nh, shear, touching
         self.general = not bool(simple.all())
+        self.simple_idx = np.flatnonzero(simple)
+        self.general_idx = np.flatnonzero(~simple)
         npairs = pa.size
         self.pf = np.zeros((npairs, 3))
         self.pta = np.zeros((npairs, 3))

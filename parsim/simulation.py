@@ -24,6 +24,7 @@ from numba import njit
 from . import integrator as I
 from .bodies import FIXED, INFINITE, MAX_UID, NO_SHIFT, SHADOW, BodyStorage, image_code
 from .contacts import accumulate, sphere_pair_forces
+from .parallel import pick
 from .materials import Material, collision_time, make_material, override_row, pair_table
 from .neighbours import NeighbourList
 from .rotation import normalized_quaternion
@@ -143,6 +144,7 @@ class Simulation:
         self._next_uid = 0
         self._ready = False
         self._src = np.empty(0, dtype=np.int64)      # owner slot of each shadow
+        self._scratch = None                         # per-thread narrow-phase buffers
 
     # ---- materials ---------------------------------------------------------------------------
     def add_material(self, name: str, density: float, **params) -> Material:
@@ -455,19 +457,23 @@ class Simulation:
     # ---- the step ----------------------------------------------------------------------------
     def _forces(self, update: bool = True) -> None:
         st, nl = self.st, self.nl
-        if nl.general:
-            from .contacts_general import general_pair_forces
-            self.n_contacts = general_pair_forces(
-                nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material, st.mass,
-                st.position, st.orientation, st.velocity, st.angular_velocity, st.image,
-                self.table, self.box, self.dt, st.bounding_radius, nl.shear, nl.touching,
-                nl.pf, nl.pta, nl.ptb, update)
-        else:
-            self.n_contacts = sphere_pair_forces(
-                nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material, st.mass,
-                st.position, st.velocity, st.angular_velocity, st.image, self.table, self.box,
-                self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, update)
-        accumulate(st.n_owned, nl.ptr, nl.entry_pair, nl.entry_side, nl.pf, nl.pta, nl.ptb,
+        self.n_contacts = pick(sphere_pair_forces, nl.simple_idx.size)(
+            nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material,
+            st.mass, st.position, st.velocity, st.angular_velocity, st.image, self.table,
+            self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, update)
+        if nl.general_idx.size:
+            from .contacts_general import general_pair_forces, scratch
+            import numba
+            threads = numba.config.NUMBA_NUM_THREADS
+            if self._scratch is None or self._scratch[0].shape[0] != threads:
+                self._scratch = scratch(threads)
+            self.n_contacts += pick(general_pair_forces, nl.general_idx.size)(
+                nl.general_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags,
+                st.material, st.mass, st.position, st.orientation, st.velocity,
+                st.angular_velocity, st.image, self.table, self.box, self.dt,
+                st.bounding_radius, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, update,
+                *self._scratch)
+        pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry_pair, nl.entry_side, nl.pf, nl.pta, nl.ptb,
                    st.flags, st.mass, self.gravity, st.force, st.torque)
 
     def step(self) -> None:
@@ -476,7 +482,7 @@ class Simulation:
             self._setup()
         st, nl = self.st, self.nl
         t0 = time.perf_counter()
-        moved = I.first_half(st.n_owned, self.dt, st.flags, st.shape, st.inv_mass, st.inertia,
+        moved = pick(I.first_half, st.n_owned)(st.n_owned, self.dt, st.flags, st.shape, st.inv_mass, st.inertia,
                              st.inv_inertia, st.bounding_radius, st.position, st.orientation,
                              st.velocity, st.angular_velocity, st.force, st.torque,
                              st.ref_position, st.ref_orientation)
@@ -489,7 +495,7 @@ class Simulation:
         t2 = time.perf_counter()
         self._forces()
         t3 = time.perf_counter()
-        I.second_half(st.n_owned, self.dt, st.flags, st.inv_mass, st.inertia, st.inv_inertia,
+        pick(I.second_half, st.n_owned)(st.n_owned, self.dt, st.flags, st.inv_mass, st.inertia, st.inv_inertia,
                       st.orientation, st.velocity, st.angular_velocity, st.force, st.torque)
         self.step_count += 1
         self.time += self.dt

@@ -288,8 +288,12 @@ def test_bad_body_arguments():
         sim.add_material("q", density=1.0, restitution=1.5, collision_time=1e-3)
 
 
-def test_thread_count_does_not_change_the_result_bitwise():
+def test_thread_count_does_not_change_the_result_bitwise(monkeypatch):
     import numba
+
+    import parsim.parallel
+
+    monkeypatch.setattr(parsim.parallel, "PARALLEL_MIN", 0)    # threaded kernels even here
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.fail("this test needs numba with >= 2 threads (NUMBA_NUM_THREADS)")

@@ -1,0 +1,42 @@
+"""Serial and threaded builds of the same kernel, chosen by problem size.
+
+A numba parallel region costs tens of microseconds to start, which dominates small systems (a
+few bodies in a test take 5x longer threaded than serial), and with 2 cores shared by other
+processes a threaded kernel can stall. Each time-step kernel is therefore compiled twice from one
+source: serially (``prange`` acts as ``range``) and with ``parallel=True``; the engine calls the
+threaded one only for at least :data:`PARALLEL_MIN` items. Both give bit-identical results (every
+iteration writes its own outputs; the only reductions are an integer count and a maximum).
+
+The default numba threading layer here is ``workqueue`` (TBB stalled on this 2-core machine in
+our tests); set ``NUMBA_THREADING_LAYER`` to choose another, ``NUMBA_NUM_THREADS`` for the count.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+import numba
+from numba import njit
+
+#: smallest number of items (bodies or pairs) for which a kernel runs threaded
+PARALLEL_MIN = 4096
+
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
+
+
+def dual(fn):
+    """(serial, threaded) dispatchers of the plain Python function ``fn`` (cached separately)."""
+    par = njit(cache=True, parallel=True)(fn)
+    g = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
+                           fn.__defaults__, fn.__closure__)
+    g.__qualname__ = fn.__qualname__ + "_serial"
+    g.__module__ = fn.__module__
+    g.__doc__ = fn.__doc__
+    return njit(cache=True)(g), par
+
+
+def pick(pair, n: int):
+    """The serial or threaded member of ``pair`` for ``n`` items."""
+    return pair[1] if n >= PARALLEL_MIN and numba.get_num_threads() > 1 else pair[0]
