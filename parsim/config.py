@@ -342,6 +342,7 @@ def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
     spec["velocity"] = t.vector("velocity", (0.0, 0.0, 0.0))
     spec["random_velocity"] = t.number("random_velocity", 0.0, low=0.0)
     spec["random_orientation"] = t.boolean("random_orientation", shape != "sphere")
+    spec["fixed"] = t.boolean("fixed", False)
     if kind == "lattice":
         spec["spacing"] = t.number("spacing", low=0.0, low_open=True)
         spec["jitter"] = t.number("jitter", 0.0, low=0.0)
@@ -380,14 +381,15 @@ def _place(sim, spec, t, centers, size, rng):
     if spec["random_orientation"]:
         q = rng.standard_normal((n, 4))
         q /= np.linalg.norm(q, axis=1)[:, None]
-    shape, mat = spec["shape"], spec["material"]
+    shape, mat, fx = spec["shape"], spec["material"], spec["fixed"]
     if shape == "sphere":
-        return _add(t, "shape", lambda: sim.add_spheres(centers, size[:, 0], mat, velocities=v))
+        return _add(t, "shape", lambda: sim.add_spheres(centers, size[:, 0], mat, velocities=v,
+                                                        fixed=fx))
     if shape == "box":
         return _add(t, "shape", lambda: sim.add_boxes(centers, size, mat, orientations=q,
-                                                      velocities=v))
+                                                      velocities=v, fixed=fx))
     return _add(t, "shape", lambda: sim.add_capsules(centers, size[:, 0], size[:, 1], mat,
-                                                     orientations=q, velocities=v))
+                                                     orientations=q, velocities=v, fixed=fx))
 
 
 def _generate(sim: Simulation, spec: dict, t: _Table) -> None:

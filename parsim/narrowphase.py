@@ -6,7 +6,11 @@ Conventions (the engine relies on them):
   depths) -> k`` fills ``k <= MAX_CONTACTS`` contacts;
 * the normal is a unit vector from B toward A (moving A along it separates the bodies);
 * only penetrating contacts are reported (depth > 0);
-* a contact point lies midway between the two surfaces.
+* a contact point lies midway between the two surfaces;
+* the argument order does not matter: a pair is computed in a canonical order (by shape code,
+  and for two bodies of the same shape lexicographically by parameters, position, orientation)
+  and the normals are negated if that swapped the bodies, so ``collide(b, a)`` returns exactly
+  the contacts of ``collide(a, b)`` with opposite normals.
 
 Shapes and parameters are those of :mod:`parsim.shapes`. Algorithms:
 
@@ -16,9 +20,12 @@ Shapes and parameters are those of :mod:`parsim.shapes`. Algorithms:
   box, the way out through the nearest face;
 * sphere-capsule, capsule-capsule: closest points of point/segment or segment/segment (two
   points for overlapping parallel segments, so a capsule lying on another does not pivot);
-* capsule-box: the signed distance from the box along the capsule axis is convex, so its
-  minimum (the deepest point) is found by golden-section search; when both end caps penetrate
-  through the same face the two end contacts are returned instead (a capsule lying on a box);
+* capsule-box: the closest point of the axis to the box in closed form (the squared distance
+  is convex and piecewise quadratic along the axis); if the axis meets the box, the minimum of
+  the (convex) signed distance by golden-section search; when both end caps penetrate
+  through the same face the two end contacts are returned instead (a capsule lying on a box),
+  and when the capsule lies along a face or an edge beyond its ends, the two ends of the part
+  of the segment over that face (along that edge) are;
 * box-box: separating-axis test over the 15 axes (face axes preferred over edge axes within a
   tolerance); for a face axis the incident face is clipped against the side planes of the
   reference face (Sutherland-Hodgman) and up to four well-spread points are kept; for an edge
@@ -36,6 +43,8 @@ from .rotation import quat_matrix
 from .shapes import BOX, CAPSULE, PLANE, SPHERE
 
 MAX_CONTACTS = 4
+#: length of the float64 scratch buffer of :func:`collide_into` (no allocation per call)
+WORK_SIZE = 224
 
 
 @njit(cache=True, inline="always")
@@ -232,8 +241,23 @@ def _capsule_box(a0x, a0y, a0z, a1x, a1y, a1z, r, bpos, R, h, normals, points, d
         if dot > 0.999:
             return k                                     # lying on a face: both end contacts
     k = k0
-    # the signed distance along the axis is convex: golden-section search for its minimum
     dx, dy, dz = a1x - a0x, a1y - a0y, a1z - a0z
+    t, dist = _segment_box_closest(a0x, a0y, a0z, dx, dy, dz, bpos, R, h)
+    if dist > 0.0:
+        # the core is outside the box. If its closest point faces a face (edge) of the box, the
+        # capsule may lie along that face (edge) beyond its ends: then the support is the part
+        # of the segment inside the face's (edge's) slabs, and its two ends are the contacts
+        if dist >= r:
+            return k
+        if k + 2 <= MAX_CONTACTS:
+            k2 = _capsule_box_feature(a0x, a0y, a0z, dx, dy, dz, t, r, r - dist, bpos, R, h,
+                                      normals, points, depths, k)
+            if k2 == k + 2:
+                return k2
+        return _ball_box(a0x + t * dx, a0y + t * dy, a0z + t * dz, r, bpos, R, h,
+                         normals, points, depths, k)
+    # the core meets the box: the signed distance along the axis is convex (piecewise linear
+    # inside the box), golden-section search for its minimum, the deepest point
     lo, hi = 0.0, 1.0
     g = 0.6180339887498949
     x1 = hi - g * (hi - lo)
@@ -264,10 +288,112 @@ def _capsule_box(a0x, a0y, a0z, a1x, a1y, a1z, r, bpos, R, h, normals, points, d
 
 
 @njit(cache=True)
-def _box_plane(bpos, R, h, ppos, n, normals, points, depths, k):
+def _segment_box_closest(a0x, a0y, a0z, dx, dy, dz, bpos, R, h):
+    """Parameter s in [0, 1] of the point of segment a0 + s d closest to box B, and its distance
+    (0 if the segment meets the box). Exact: the squared distance is convex and piecewise
+    quadratic in s, so its derivative is monotone and piecewise linear between the (at most 6)
+    parameters where the segment crosses a slab boundary; the root is bracketed by them and
+    found by linear interpolation."""
+    wx, wy, wz = a0x - bpos[0], a0y - bpos[1], a0z - bpos[2]
+    c = (R[0] * wx + R[3] * wy + R[6] * wz, R[1] * wx + R[4] * wy + R[7] * wz,
+         R[2] * wx + R[5] * wy + R[8] * wz)
+    u = (R[0] * dx + R[3] * dy + R[6] * dz, R[1] * dx + R[4] * dy + R[7] * dz,
+         R[2] * dx + R[5] * dy + R[8] * dz)
+    g0 = _seg_box_slope(c, u, h, 0.0)
+    g1 = _seg_box_slope(c, u, h, 1.0)
+    if g0 >= 0.0:
+        s = 0.0
+    elif g1 <= 0.0:
+        s = 1.0
+    else:
+        lo, glo, hi, ghi = 0.0, g0, 1.0, g1
+        s = -1.0
+        for i in range(3):
+            if u[i] != 0.0:
+                for side in (-1.0, 1.0):
+                    b = (side * h[i] - c[i]) / u[i]
+                    if lo < b < hi:
+                        gb = _seg_box_slope(c, u, h, b)
+                        if gb < 0.0:
+                            lo, glo = b, gb
+                        elif gb > 0.0:
+                            hi, ghi = b, gb
+                        else:
+                            s = b
+        if s < 0.0:
+            # no slab boundary between lo and hi: the slope is linear there
+            s = lo - glo * (hi - lo) / (ghi - glo)
+            s = min(max(s, lo), hi)
+    e2 = 0.0
+    for i in range(3):
+        x = c[i] + s * u[i]
+        o = x - min(max(x, -h[i]), h[i])
+        e2 += o * o
+    return s, math.sqrt(e2)
+
+
+@njit(cache=True, inline="always")
+def _seg_box_slope(c, u, h, s):
+    """Half the derivative in s of the squared distance of c + s u from the box |x_i| <= h_i."""
+    g = 0.0
+    for i in range(3):
+        x = c[i] + s * u[i]
+        g += (x - min(max(x, -h[i]), h[i])) * u[i]
+    return g
+
+
+@njit(cache=True)
+def _capsule_box_feature(a0x, a0y, a0z, dx, dy, dz, t, r, deepest, bpos, R, h, normals,
+                         points, depths, k):
+    """Two contacts of a capsule lying along the box face or edge nearest to its axis point t.
+
+    The segment a0 + s d (s in [0, 1]) is clipped to the slabs |x_i| <= h_i (box frame) of the
+    axes along the feature (two for a face, one for an edge); a ball contact is computed at each
+    end of the clipped part. Returns k + 2 if both penetrate with the same normal and one of
+    them is as deep as the deepest point (``deepest``: the capsule lies along the feature),
+    anything else if the single deepest contact should be used."""
+    wx, wy, wz = a0x - bpos[0], a0y - bpos[1], a0z - bpos[2]
+    c = (R[0] * wx + R[3] * wy + R[6] * wz, R[1] * wx + R[4] * wy + R[7] * wz,
+         R[2] * wx + R[5] * wy + R[8] * wz)
+    u = (R[0] * dx + R[3] * dy + R[6] * dz, R[1] * dx + R[4] * dy + R[7] * dz,
+         R[2] * dx + R[5] * dy + R[8] * dz)
+    lo = 0.0
+    hi = 1.0
+    free = 0
+    # t comes from a search (on a flat stretch it ends at the stretch's end, on a slab
+    # boundary): count an axis as across the feature only if clearly outside its slab
+    ulen = math.sqrt(u[0] * u[0] + u[1] * u[1] + u[2] * u[2])
+    scale = h[0] + h[1] + h[2] + ulen
+    tol = 1e-7 * scale
+    for i in range(3):
+        x = c[i] + t * u[i]
+        if abs(x) > h[i] + tol:
+            continue                      # a clamped axis: across the feature
+        free += 1
+        if abs(u[i]) > 1e-9 * ulen:       # (an axis parallel to the slab stays inside it)
+            s0 = (-h[i] - c[i]) / u[i]
+            s1 = (h[i] - c[i]) / u[i]
+            lo = max(lo, min(s0, s1))
+            hi = min(hi, max(s0, s1))
+    if free == 0 or hi - lo <= 1e-9:
+        return k                          # a vertex, or no extent along the feature
+    k2 = _ball_box(a0x + lo * dx, a0y + lo * dy, a0z + lo * dz, r, bpos, R, h, normals, points,
+                   depths, k)
+    k2 = _ball_box(a0x + hi * dx, a0y + hi * dy, a0z + hi * dz, r, bpos, R, h, normals, points,
+                   depths, k2)
+    if k2 == k + 2:
+        dot = (normals[k, 0] * normals[k + 1, 0] + normals[k, 1] * normals[k + 1, 1]
+               + normals[k, 2] * normals[k + 1, 2])
+        if dot <= 0.999 or max(depths[k], depths[k + 1]) < deepest - 1e-9 * (r + scale):
+            return k
+    return k2
+
+
+@njit(cache=True)
+def _box_plane(bpos, R, h, ppos, n, normals, points, depths, k, work):
     """Box A against plane B: its penetrating vertices, the four deepest."""
-    cand_d = np.empty(8)
-    cand_p = np.empty((8, 3))
+    cand_d = work[0:8]
+    cand_p = work[8:32].reshape((8, 3))
     m = 0
     for sx in (-1.0, 1.0):
         for sy in (-1.0, 1.0):
@@ -281,27 +407,30 @@ def _box_plane(bpos, R, h, ppos, n, normals, points, depths, k):
                     cand_d[m] = -d
                     cand_p[m, 0], cand_p[m, 1], cand_p[m, 2] = vx, vy, vz
                     m += 1
-    return _keep_deepest(cand_p, cand_d, m, n[0], n[1], n[2], normals, points, depths, k)
+    return _keep_deepest(cand_p, cand_d, m, n[0], n[1], n[2], 0.5, normals, points, depths, k,
+                         work)
 
 
 @njit(cache=True)
-def _keep_deepest(cand_p, cand_d, m, nx, ny, nz, normals, points, depths, k):
+def _keep_deepest(cand_p, cand_d, m, nx, ny, nz, shift, normals, points, depths, k, work):
     """Append up to MAX_CONTACTS - k of m candidate points (deepest first, then the most
-    spread), each moved half its depth along +n to lie midway between the surfaces."""
+    spread), each written moved by ``shift * depth`` along +n (+-0.5: midway between the
+    surfaces)."""
     room = MAX_CONTACTS - k
-    used = np.zeros(m, dtype=np.bool_)
+    used = work[200:216]
+    used[:] = 0.0
     for c in range(min(m, room)):
         best = -1
         best_score = -1.0
         for i in range(m):
-            if used[i]:
+            if used[i] != 0.0:
                 continue
             if c == 0:
                 score = cand_d[i]
             else:
                 score = 1e300
                 for j in range(m):
-                    if used[j]:
+                    if used[j] != 0.0:
                         ex = cand_p[i, 0] - cand_p[j, 0]
                         ey = cand_p[i, 1] - cand_p[j, 1]
                         ez = cand_p[i, 2] - cand_p[j, 2]
@@ -309,24 +438,24 @@ def _keep_deepest(cand_p, cand_d, m, nx, ny, nz, normals, points, depths, k):
             if score > best_score:
                 best_score = score
                 best = i
-        used[best] = True
+        used[best] = 1.0
         d = cand_d[best]
-        _put(k, normals, points, depths, nx, ny, nz, cand_p[best, 0] + 0.5 * d * nx,
-             cand_p[best, 1] + 0.5 * d * ny, cand_p[best, 2] + 0.5 * d * nz, d)
+        _put(k, normals, points, depths, nx, ny, nz, cand_p[best, 0] + shift * d * nx,
+             cand_p[best, 1] + shift * d * ny, cand_p[best, 2] + shift * d * nz, d)
         k += 1
     return k
 
 
 @njit(cache=True)
-def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k):
+def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k, work):
     """Box A against box B: separating axes, then a clipped face manifold or an edge point."""
-    A = np.empty((3, 3))   # rows: A's axes in world
-    B = np.empty((3, 3))
+    A = work[0:9].reshape((3, 3))     # rows: A's axes in world
+    B = work[9:18].reshape((3, 3))
     for i in range(3):
         for j in range(3):
             A[i, j] = Ra[3 * j + i]
             B[i, j] = Rb[3 * j + i]
-    d = np.empty(3)
+    d = work[18:21]
     for j in range(3):
         d[j] = pa[j] - pb[j]          # from B to A
     best = 1e300
@@ -334,8 +463,9 @@ def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k):
     best_kind = -1                     # 0: face of A, 1: face of B, 2: edge pair
     best_i = -1
     best_j = -1
-    bn = np.zeros(3)
-    L = np.empty(3)
+    bn = work[21:24]
+    bn[:] = 0.0
+    L = work[24:27]
     for kind in range(3):
         for i in range(3):
             for jj in range(3 if kind == 2 else 1):
@@ -374,8 +504,8 @@ def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k):
     if best_kind == 2:
         # edge of A nearest to B (support in -n) and edge of B nearest to A (support in +n)
         i, j = best_i, best_j
-        ca = np.empty(3)
-        cb = np.empty(3)
+        ca = work[27:30]
+        cb = work[30:33]
         ca[:] = pa[:3]
         cb[:] = pb[:3]
         for m in range(3):
@@ -387,15 +517,14 @@ def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k):
                 sb = 1.0 if (B[m, 0] * nx + B[m, 1] * ny + B[m, 2] * nz) > 0 else -1.0
                 for c in range(3):
                     cb[c] += sb * hb[m] * B[m, c]
-        a0 = ca - ha[i] * A[i]
-        a1 = ca + ha[i] * A[i]
-        b0 = cb - hb[j] * B[j]
-        b1 = cb + hb[j] * B[j]
-        s, t = _segments_closest(a0[0], a0[1], a0[2], a1[0], a1[1], a1[2],
-                                 b0[0], b0[1], b0[2], b1[0], b1[1], b1[2])
-        px = 0.5 * (a0[0] + s * (a1[0] - a0[0]) + b0[0] + t * (b1[0] - b0[0]))
-        py = 0.5 * (a0[1] + s * (a1[1] - a0[1]) + b0[1] + t * (b1[1] - b0[1]))
-        pz = 0.5 * (a0[2] + s * (a1[2] - a0[2]) + b0[2] + t * (b1[2] - b0[2]))
+        a0x, a0y, a0z = ca[0] - ha[i] * A[i, 0], ca[1] - ha[i] * A[i, 1], ca[2] - ha[i] * A[i, 2]
+        a1x, a1y, a1z = ca[0] + ha[i] * A[i, 0], ca[1] + ha[i] * A[i, 1], ca[2] + ha[i] * A[i, 2]
+        b0x, b0y, b0z = cb[0] - hb[j] * B[j, 0], cb[1] - hb[j] * B[j, 1], cb[2] - hb[j] * B[j, 2]
+        b1x, b1y, b1z = cb[0] + hb[j] * B[j, 0], cb[1] + hb[j] * B[j, 1], cb[2] + hb[j] * B[j, 2]
+        s, t = _segments_closest(a0x, a0y, a0z, a1x, a1y, a1z, b0x, b0y, b0z, b1x, b1y, b1z)
+        px = 0.5 * (a0x + s * (a1x - a0x) + b0x + t * (b1x - b0x))
+        py = 0.5 * (a0y + s * (a1y - a0y) + b0y + t * (b1y - b0y))
+        pz = 0.5 * (a0z + s * (a1z - a0z) + b0z + t * (b1z - b0z))
         _put(k, normals, points, depths, nx, ny, nz, px, py, pz, best_overlap)
         return k + 1
     # face contact: reference face on R (A if kind 0, else B), incident box I
@@ -404,7 +533,7 @@ def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k):
     else:
         Rr, hr, pr, Ri, hi, pi_, sgn = B, hb, pb, A, ha, pa, 1.0
     # outward normal of the reference face, toward the incident box
-    rn = np.empty(3)
+    rn = work[33:36]
     rn[0], rn[1], rn[2] = sgn * nx, sgn * ny, sgn * nz
     ri = best_i
     # incident face: the face of I most anti-parallel to rn
@@ -419,8 +548,8 @@ def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k):
     fs = -1.0 if dm > 0 else 1.0
     u = (fi + 1) % 3
     v = (fi + 2) % 3
-    poly = np.empty((16, 3))
-    tmp = np.empty((16, 3))
+    poly = work[36:84].reshape((16, 3))
+    tmp = work[84:132].reshape((16, 3))
     corners = ((-1.0, -1.0), (1.0, -1.0), (1.0, 1.0), (-1.0, 1.0))
     for c in range(4):
         su, sv = corners[c]
@@ -456,8 +585,8 @@ def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k):
         if npoly == 0:
             break
     # depth of each clipped point below the reference face
-    cand_p = np.empty((16, 3))
-    cand_d = np.empty(16)
+    cand_p = work[132:180].reshape((16, 3))
+    cand_d = work[180:196]
     m = 0
     face_off = hr[ri]
     for c in range(npoly):
@@ -465,25 +594,22 @@ def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k):
                 + (poly[c, 2] - pr[2]) * rn[2])
         depth = face_off - dist
         if depth > 0.0:
-            # the point on the incident surface; midway lies depth/2 toward the reference
+            # the point on the incident surface; midway lies depth/2 along rn from it. The
+            # candidates are the incident points whichever box is the reference, so the
+            # selection (and the manifold) does not depend on the argument order.
             cand_d[m] = depth
-            if best_kind == 0:
-                # reference = A: A's surface above the incident point is p + rn * depth, and
-                # _keep_deepest adds n * depth / 2 = -rn * depth / 2: midway
-                for q in range(3):
-                    cand_p[m, q] = poly[c, q] + rn[q] * depth
-            else:
-                # reference = B: the incident point is on A; midway is p + n * depth / 2
-                for q in range(3):
-                    cand_p[m, q] = poly[c, q]
+            for q in range(3):
+                cand_p[m, q] = poly[c, q]
             m += 1
     if m == 0:
         return k
-    return _keep_deepest(cand_p, cand_d, m, nx, ny, nz, normals, points, depths, k)
+    # n = -rn when the reference is A (kind 0), +rn when it is B: shift by +-depth/2 along n
+    return _keep_deepest(cand_p, cand_d, m, nx, ny, nz, sgn * 0.5, normals, points, depths, k,
+                         work)
 
 
 @njit(cache=True)
-def _collide_ordered(sa, pa_, posa, qa, sb, pb_, posb, qb, normals, points, depths):
+def _collide_ordered(sa, pa_, posa, qa, sb, pb_, posb, qb, normals, points, depths, work):
     """Shape codes sa <= sb; normal from B to A."""
     if sa == SPHERE:
         ra = pa_[0]
@@ -506,10 +632,10 @@ def _collide_ordered(sa, pa_, posa, qa, sb, pb_, posb, qb, normals, points, dept
     Ra = quat_matrix(qa[0], qa[1], qa[2], qa[3])
     if sa == BOX:
         if sb == PLANE:
-            return _box_plane(posa, Ra, pa_, posb, pb_, normals, points, depths, 0)
+            return _box_plane(posa, Ra, pa_, posb, pb_, normals, points, depths, 0, work)
         Rb = quat_matrix(qb[0], qb[1], qb[2], qb[3])
         if sb == BOX:
-            return _box_box(posa, Ra, pa_, posb, Rb, pb_, normals, points, depths, 0)
+            return _box_box(posa, Ra, pa_, posb, Rb, pb_, normals, points, depths, 0, work)
         # box A, capsule B: compute capsule vs box and flip
         b0x, b0y, b0z, b1x, b1y, b1z = _segment(posb, Rb, pb_[1])
         k = _capsule_box(b0x, b0y, b0z, b1x, b1y, b1z, pb_[0], posa, Ra, pa_, normals, points,
@@ -533,16 +659,44 @@ def _collide_ordered(sa, pa_, posa, qa, sb, pb_, posb, qb, normals, points, dept
 
 
 @njit(cache=True)
-def collide(shape_a, params_a, pos_a, quat_a, shape_b, params_b, pos_b, quat_b, normals,
-            points, depths):
-    """Contacts of body A with body B (see the module docstring); returns their number."""
-    if shape_a <= shape_b:
+def _after(params_a, pos_a, quat_a, params_b, pos_b, quat_b):
+    """Whether body A comes after body B in the lexicographic order of (params, position,
+    quaternion). Two bodies of the same shape are handled in this canonical order, so that
+    swapping the arguments runs the same computation (same points, normals negated)."""
+    for i in range(3):
+        if params_a[i] != params_b[i]:
+            return params_a[i] > params_b[i]
+    for i in range(3):
+        if pos_a[i] != pos_b[i]:
+            return pos_a[i] > pos_b[i]
+    for i in range(4):
+        if quat_a[i] != quat_b[i]:
+            return quat_a[i] > quat_b[i]
+    return False
+
+
+@njit(cache=True)
+def collide_into(shape_a, params_a, pos_a, quat_a, shape_b, params_b, pos_b, quat_b, normals,
+                 points, depths, work):
+    """:func:`collide` with a caller-owned scratch buffer ``work`` (float64[WORK_SIZE]), so the
+    time step allocates nothing per pair (one buffer per thread)."""
+    if shape_a < shape_b or (shape_a == shape_b
+                             and not _after(params_a, pos_a, quat_a, params_b, pos_b, quat_b)):
         return _collide_ordered(shape_a, params_a, pos_a, quat_a, shape_b, params_b, pos_b,
-                                quat_b, normals, points, depths)
+                                quat_b, normals, points, depths, work)
     k = _collide_ordered(shape_b, params_b, pos_b, quat_b, shape_a, params_a, pos_a, quat_a,
-                         normals, points, depths)
+                         normals, points, depths, work)
     for c in range(k):
         normals[c, 0] = -normals[c, 0]
         normals[c, 1] = -normals[c, 1]
         normals[c, 2] = -normals[c, 2]
     return k
+
+
+@njit(cache=True)
+def collide(shape_a, params_a, pos_a, quat_a, shape_b, params_b, pos_b, quat_b, normals,
+            points, depths):
+    """Contacts of body A with body B (see the module docstring); returns their number."""
+    work = np.empty(WORK_SIZE)
+    return collide_into(shape_a, params_a, pos_a, quat_a, shape_b, params_b, pos_b, quat_b,
+                        normals, points, depths, work)
