@@ -382,6 +382,8 @@ def test_every_pair_swap_exact_and_rigid_invariant(sa, sb, size_a, size_b, qa, q
     assume(not (sa == sb and np.array_equal(pa, pb) and np.array_equal(xa, xb)
                 and np.array_equal(qa, qb)))
     n, p, d = same_contacts_swapped((sa, pa, xa, qa), (sb, pb, xb, qb))
+    # (near-)coincident centres: the fallback normal (+z) is not rotation invariant (documented)
+    assume(np.linalg.norm(xa - xb) > 1e-6)
     if sa == PLANE and sb == PLANE:
         assert len(d) == 0
     for k in range(len(d)):
