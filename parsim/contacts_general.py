@@ -8,7 +8,6 @@ returned by :func:`parsim.narrowphase.collide`; lever arms are the contact point
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import njit, prange
 
@@ -34,14 +33,28 @@ def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass
     or a capsule. ``t_*`` are per-thread scratch buffers (:func:`scratch`)."""
     zero = np.zeros(3)
     count = 0
-    for q in prange(sel.shape[0]):
+    # one chunk of pairs per scratch row (no thread ids: chunks are independent, so the result
+    # does not depend on how they are scheduled)
+    chunks = t_work.shape[0]
+    size = (sel.shape[0] + chunks - 1) // chunks
+    for ch in prange(chunks):
+        count += _general_chunk(sel, ch * size, min(sel.shape[0], (ch + 1) * size), pa, pb,
+                                hist, shape, params, flags, material, mass, position,
+                                orientation, velocity, angular_velocity, image, table, box, dt,
+                                bounding_radius, shear, touching, pf, pta, ptb, update,
+                                t_normals[ch], t_points[ch], t_depths[ch], t_posb[ch],
+                                t_work[ch], zero)
+    return count
+
+
+@njit(cache=True)
+def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, mass, position,
+                   orientation, velocity, angular_velocity, image, table, box, dt,
+                   bounding_radius, shear, touching, pf, pta, ptb, update, normals, points,
+                   depths, posb, work, zero):
+    count = 0
+    for q in range(q0, q1):
         p = sel[q]
-        tid = numba.get_thread_id()
-        normals = t_normals[tid]
-        points = t_points[tid]
-        depths = t_depths[tid]
-        posb = t_posb[tid]
-        work = t_work[tid]
         a = pa[p]
         b = pb[p]
         h = hist[p]
