@@ -166,6 +166,13 @@ def _rolling_torque(mu_r, fn, ra, rb, wa, wb, nx, ny, nz):
 
 
 @njit(cache=True, inline="always")
+def _with_rolling(mu_r, fn, ra, rb, wa, wb, nx, ny, nz, tax, tay, taz, tbx, tby, tbz):
+    """Torques on A and B plus the rolling resistance (on A, and its opposite on B)."""
+    rx, ry, rz = _rolling_torque(mu_r, fn, ra, rb, wa, wb, nx, ny, nz)
+    return tax + rx, tay + ry, taz + rz, tbx - rx, tby - ry, tbz - rz
+
+
+@njit(cache=True, inline="always")
 def _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, update):
     if update:
         for k in range(nh):
@@ -244,13 +251,9 @@ def _sphere_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass,
         tax, tay, taz = -ra * cx, -ra * cy, -ra * cz
         tbx, tby, tbz = -rb * cx, -rb * cy, -rb * cz
         if mu_r > 0.0:
-            rx, ry, rz = _rolling_torque(mu_r, fn, ra, rb, angular_velocity[a], wb, nx, ny, nz)
-            tax += rx
-            tay += ry
-            taz += rz
-            tbx -= rx
-            tby -= ry
-            tbz -= rz
+            tax, tay, taz, tbx, tby, tbz = _with_rolling(
+                mu_r, fn, ra, rb, angular_velocity[a], wb, nx, ny, nz,
+                tax, tay, taz, tbx, tby, tbz)
         pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
         ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz
         count += 1

@@ -13,7 +13,7 @@ from numba import njit, prange
 
 from .parallel import dual
 
-from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _rolling_torque,
+from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _with_rolling,
                        contact_force, effective_mass, relative_shift)
 from .narrowphase import WORK_SIZE, collide_into
 from .shapes import PLANE, SPHERE
@@ -119,15 +119,9 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
             tby -= t[1]
             tbz -= t[2]
             if mu_r > 0.0:
-                rb = bounding_radius[b] if sb != PLANE else 0.0
-                rx, ry, rz = _rolling_torque(mu_r, fn, bounding_radius[a], rb,
-                                             angular_velocity[a], wb, nx, ny, nz)
-                tax += rx
-                tay += ry
-                taz += rz
-                tbx -= rx
-                tby -= ry
-                tbz -= rz
+                tax, tay, taz, tbx, tby, tbz = _with_rolling(
+                    mu_r, fn, bounding_radius[a], bounding_radius[b] if sb != PLANE else 0.0,
+                    angular_velocity[a], wb, nx, ny, nz, tax, tay, taz, tbx, tby, tbz)
         pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz
         pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
         ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz

@@ -18,12 +18,14 @@ from __future__ import annotations
 import math
 import time
 
+import numba
 import numpy as np
 from numba import njit
 
 from . import integrator as I
 from .bodies import FIXED, INFINITE, MAX_UID, NO_SHIFT, SHADOW, BodyStorage, image_code
 from .contacts import accumulate, sphere_pair_forces
+from .contacts_general import general_pair_forces, scratch
 from .parallel import pick
 from .materials import Material, collision_time, make_material, override_row, pair_table
 from .neighbours import NeighbourList
@@ -462,8 +464,6 @@ class Simulation:
             st.mass, st.position, st.velocity, st.angular_velocity, st.image, self.table,
             self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, update)
         if nl.general_idx.size:
-            from .contacts_general import general_pair_forces, scratch
-            import numba
             threads = numba.config.NUMBA_NUM_THREADS
             if self._scratch is None or self._scratch[0].shape[0] != threads:
                 self._scratch = scratch(threads)
