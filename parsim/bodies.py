@@ -176,6 +176,22 @@ class BodyStorage:
         self.map.insert(self.key[sl], np.arange(start, start + k, dtype=np.int64))
         self.n_shadow += k
 
+    def append_shadow_records(self, rec: np.ndarray) -> None:
+        """Append shadow copies received from another rank (records of
+        :data:`parsim.halo.BODY`, image codes already shifted by the sender)."""
+        k = rec.shape[0]
+        if k == 0:
+            return
+        start = self.n
+        self.reserve(start + k)
+        sl = slice(start, start + k)
+        for name in FIELDS:
+            getattr(self, name)[sl] = rec[name]
+        self.flags[sl] |= SHADOW
+        self.key[sl] = keys_of(self.uid[sl], self.image[sl])
+        self.map.insert(self.key[sl], np.arange(start, start + k, dtype=np.int64))
+        self.n_shadow += k
+
 
 @njit(cache=True)
 def _delete_keys(keys, vals, to_delete):

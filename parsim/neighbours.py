@@ -94,6 +94,11 @@ def history_keys(st, pa, pb):
     return st.uid[pa], st.uid[pb], packed
 
 
+#: one contact's spring history as a record (what migrates with a body)
+HISTORY = np.dtype([("u", np.int64), ("v", np.int64), ("r", np.int64), ("nh", np.int64),
+                    ("shear", np.float64, (MAX_POINTS, 3)), ("touching", np.bool_, (MAX_POINTS,))])
+
+
 class NeighbourList:
     """Candidate pairs, their springs and the canonical per-body summation order of one rank."""
 
@@ -106,6 +111,7 @@ class NeighbourList:
         self.key_a = self.key_b = empty_i              # their keys (the sort and history keys)
         self.hist = self.nh = empty_i                  # first spring and spring count per pair
         self.h_u = self.h_v = self.h_r = self.h_hist = empty_i   # history keys, sorted
+        self.h_nh = empty_i
         self.shear = np.zeros((0, 3))
         self.touching = np.zeros(0, dtype=np.bool_)
         self.pf = np.zeros((0, 3))
@@ -210,6 +216,7 @@ class NeighbourList:
         _carry_history(self.h_u, self.h_v, self.h_r, self.h_hist, self.shear, self.touching,
                        hu, hv, hr, hist[horder], nh[horder], shear, touching)
         self.h_u, self.h_v, self.h_r, self.h_hist = hu, hv, hr, hist[horder]
+        self.h_nh = nh[horder]
         self.pa, self.pb, self.key_a, self.key_b = pa, pb, key_a, key_b
         self.hist, self.nh, self.shear, self.touching = hist, nh, shear, touching
         self.general = not bool(simple.all())
@@ -236,6 +243,52 @@ class NeighbourList:
         st.ref_position[:n] = st.position[:n]
         st.ref_orientation[:n] = st.orientation[:n]
         self.builds += 1
+
+    def export_history(self, uids: np.ndarray) -> np.ndarray:
+        """The springs of touching contacts of the bodies ``uids`` (records of :data:`HISTORY`),
+        to travel with them when they migrate to another rank. Open contacts have no history
+        (their springs are zero), so they need not travel."""
+        uids = np.asarray(uids, dtype=np.int64)
+        if uids.size == 0 or self.h_u.size == 0:
+            return np.empty(0, dtype=HISTORY)
+        sel = np.flatnonzero(np.isin(self.h_u, uids) | np.isin(self.h_v, uids))
+        out = np.zeros(sel.size, dtype=HISTORY)
+        out["u"], out["v"], out["r"], out["nh"] = (self.h_u[sel], self.h_v[sel], self.h_r[sel],
+                                                   self.h_nh[sel])
+        for c in range(MAX_POINTS):
+            live = c < out["nh"]
+            rows = self.h_hist[sel] + np.minimum(c, out["nh"] - 1)
+            out["shear"][:, c] = np.where(live[:, None], self.shear[rows], 0.0)
+            out["touching"][:, c] = live & self.touching[rows]
+        return out[out["touching"].any(axis=1)]
+
+    def import_history(self, rec: np.ndarray) -> None:
+        """Merge springs that came with migrating bodies into the history carried over at the
+        next rebuild (a contact known here already has the same values: both ranks computed it
+        from identical copies)."""
+        if rec.shape[0] == 0:
+            return
+        base = self.shear.shape[0]
+        nh = rec["nh"]
+        offs = np.zeros(nh.size, dtype=np.int64)
+        np.cumsum(nh[:-1], out=offs[1:])
+        total = int(nh.sum())
+        shear = np.zeros((total, 3))
+        touching = np.zeros(total, dtype=np.bool_)
+        for c in range(MAX_POINTS):
+            live = np.flatnonzero(c < nh)
+            shear[offs[live] + c] = rec["shear"][live, c]
+            touching[offs[live] + c] = rec["touching"][live, c]
+        self.shear = np.concatenate([self.shear, shear])
+        self.touching = np.concatenate([self.touching, touching])
+        hu = np.concatenate([self.h_u, rec["u"]])
+        hv = np.concatenate([self.h_v, rec["v"]])
+        hr = np.concatenate([self.h_r, rec["r"]])
+        hh = np.concatenate([self.h_hist, base + offs])
+        hn = np.concatenate([self.h_nh, nh])
+        order = np.lexsort((hr, hv, hu))
+        self.h_u, self.h_v, self.h_r = hu[order], hv[order], hr[order]
+        self.h_hist, self.h_nh = hh[order], hn[order]
 
     def n_touching(self) -> int:
         return int(np.count_nonzero(self.touching))

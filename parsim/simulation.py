@@ -4,13 +4,18 @@ The step (velocity Verlet):
 
 1. half kick, drift and rotate every owned body (:mod:`parsim.integrator`);
 2. refresh the shadow copies from their owners; rebuild the neighbour list if a body moved more
-   than half the skin (:mod:`parsim.neighbours`; periodic images are recreated there);
+   than half the skin (:mod:`parsim.neighbours`); at a rebuild, bodies that left this rank's
+   block migrate to their new owners and the shadow copies are made anew (:mod:`parsim.halo`);
 3. contact forces per pair in the pair's canonical frame, then per body in partner-key order
    (:mod:`parsim.contacts`), plus gravity;
 4. second half kick; check for non-finite state and outflow.
 
 Owned bodies occupy storage slots ``0..n_owned-1``, shadow copies follow
 (:mod:`parsim.bodies`); on one rank the shadows are the periodic images.
+
+On several MPI ranks the API is collective: every rank makes the same calls, each body is kept by
+the rank whose block holds its centre, infinite planes by every rank. Forces are summed per body
+in partner-key order from exact copies, so the state does not depend on the number of ranks.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import time
 
 import numba
 import numpy as np
-from numba import njit
 
 from . import integrator as I
-from .bodies import FIXED, INFINITE, MAX_UID, NO_SHIFT, SHADOW, BodyStorage, image_code
+from .bodies import FIXED, INFINITE, MAX_UID, BodyStorage
+from .comm import Net, auto_comm
+from .decomposition import Decomposition, default_blocks
+from .halo import Halo
 from .contacts import accumulate, sphere_pair_forces
 from .contacts_general import general_pair_forces, scratch
 from .parallel import pick
@@ -34,7 +41,7 @@ from .shapes import BOX, CAPSULE, PLANE, SHAPE_NAMES, SPHERE, bounding_radius
 
 #: largest allowed time step as a fraction of the smallest collision time
 DT_FRACTION = 0.1
-PHASES = ("neighbours", "contacts", "integration", "checks")
+PHASES = ("neighbours", "contacts", "integration", "communication", "checks")
 
 
 class SimulationError(RuntimeError):
@@ -89,11 +96,22 @@ class Simulation:
         run with :class:`SimulationError`, or delete it (counted in ``deleted``).
     allow_large_dt : bool
         Skip the stability guard (dt <= 0.1 x the smallest collision time).
+    blocks : 3 ints or None
+        Blocks per axis of the domain decomposition; their product is the number of ranks.
+        ``None``: the rank count factored as ``MPI_Dims_create`` does, the largest count on the
+        longest axis.
+    comm : mpi4py communicator, None or "auto"
+        ``"auto"`` (default): ``MPI.COMM_WORLD`` when launched on several ranks, else serial (MPI
+        is not initialised). ``None``: serial.
+    check_ownership : bool
+        Debug mode: every step, check that the set of owned uids over all ranks is unchanged
+        and every uid has exactly one owner (an allgather of all uids: for tests).
     """
 
     def __init__(self, dt: float, gravity=(0.0, 0.0, 0.0), domain=None,
                  periodic=(False, False, False), skin: float | None = None,
-                 outflow: str = "error", allow_large_dt: bool = False, broadphase=None):
+                 outflow: str = "error", allow_large_dt: bool = False, broadphase=None,
+                 blocks=None, comm="auto", check_ownership: bool = False):
         try:
             self.dt = float(dt)
         except (TypeError, ValueError):
@@ -132,6 +150,23 @@ class Simulation:
             raise ValueError(f"outflow must be 'error' or 'delete', got {outflow!r}")
         self.outflow = outflow
         self.allow_large_dt = bool(allow_large_dt)
+        self.net = Net(auto_comm() if isinstance(comm, str) and comm == "auto" else comm)
+        if blocks is None:
+            if self.net.size > 1 and not np.isfinite(self.hi - self.lo).all():
+                raise ValueError(f"a run on {self.net.size} ranks needs a finite domain to cut "
+                                 "into blocks: pass domain=((xlo, ylo, zlo), (xhi, yhi, zhi))")
+            blocks = default_blocks(self.net.size, self.lo, self.hi, self.periodic)
+        try:
+            dims = tuple(int(b) for b in blocks)
+        except (TypeError, ValueError):
+            raise ValueError(f"blocks must be 3 positive integers, got {blocks!r}") from None
+        if len(dims) != 3 or min(dims) < 1 or dims[0] * dims[1] * dims[2] != self.net.size:
+            raise ValueError(f"blocks = {list(blocks)} must be 3 positive integers whose product "
+                             f"is the number of MPI ranks ({self.net.size})")
+        self.dec = Decomposition(dims, self.net.rank, self.lo, self.hi, self.periodic)
+        self.halo = Halo(self.net, self.dec)
+        self.check_ownership = bool(check_ownership)
+        self._expected_uids = None
         self.st = BodyStorage()
         self.materials: list[Material] = []
         self._overrides: dict = {}
@@ -145,7 +180,6 @@ class Simulation:
         self.timers = {p: 0.0 for p in PHASES}
         self._next_uid = 0
         self._ready = False
-        self._src = np.empty(0, dtype=np.int64)      # owner slot of each shadow
         self._scratch = None                         # per-thread narrow-phase buffers
 
     # ---- materials ---------------------------------------------------------------------------
@@ -233,14 +267,20 @@ class Simulation:
         with np.errstate(divide="ignore"):
             inv_mass = np.where(movable, 1.0 / mass, 0.0)
             inv_inertia = np.where(movable[:, None], 1.0 / inertia, 0.0)
-        self.st.append_owned(dict(
+        values = dict(
             uid=uid, shape=np.full(n, shape, np.int8), flags=flags,
             material=np.full(n, mat.index, np.int32), params=params, mass=mass,
             inv_mass=inv_mass, inertia=inertia, inv_inertia=inv_inertia,
             bounding_radius=bounding_radius(np.full(n, shape), params), position=centers,
             orientation=q, velocity=np.where(movable[:, None], v, 0.0),
             angular_velocity=np.where(movable[:, None], w, 0.0), ref_position=centers,
-            ref_orientation=q, wraps=wraps))
+            ref_orientation=q, wraps=wraps)
+        if self.net.size > 1 and shape != PLANE:      # planes are kept by every rank
+            mine = self.dec.owns(centers)
+            values = {k: np.ascontiguousarray(np.broadcast_to(a, (n,) + np.shape(a)[1:])[mine])
+                      for k, a in values.items()}
+        self.st.append_owned(values)
+        self._expected_uids = None
         self._ready = False
         return uid
 
@@ -277,8 +317,8 @@ class Simulation:
                      velocities=None, angular_velocities=None, fixed: bool = False) -> np.ndarray:
         """Add n capsules: a cylinder of ``length`` (along the body x axis) and ``radius`` with
         hemispherical caps; returns their uids."""
-        r = np.atleast_1d(np.asarray(radii, dtype=np.float64))
-        ln = np.broadcast_to(np.asarray(lengths, dtype=np.float64), r.shape)
+        r, ln = np.broadcast_arrays(np.atleast_1d(np.asarray(radii, dtype=np.float64)),
+                                    np.atleast_1d(np.asarray(lengths, dtype=np.float64)))
         params = np.zeros((r.shape[0], 3))
         params[:, 0] = r
         params[:, 1] = 0.5 * ln
@@ -306,24 +346,47 @@ class Simulation:
     # ---- state -------------------------------------------------------------------------------
     @property
     def n_bodies(self) -> int:
+        """Bodies this rank owns (planes, kept by every rank, included)."""
         return self.st.n_owned
 
-    def state(self) -> dict:
+    def count_bodies(self) -> int:
+        """Collective: bodies over all ranks (each plane counted once)."""
+        st = self.st
+        planes = int(np.count_nonzero(st.flags[: st.n_owned] & INFINITE))
+        return self.net.isum(st.n_owned - planes) + planes
+
+    STATE_FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity",
+                    "angular_velocity", "mass", "material", "flags", "wraps")
+
+    def state(self, gather: bool = False) -> dict | None:
         """Owned bodies (planes included), sorted by uid: uid, shape, params, position,
-        orientation, velocity, angular_velocity, mass, material, flags (copies)."""
+        orientation, velocity, angular_velocity, mass, material, flags, wraps (copies).
+
+        ``gather=True`` (collective): every body of every rank, sorted by uid, on rank 0 (None on
+        the others); for tests and small runs, not for production output."""
         st = self.st
         no = st.n_owned
-        order = np.argsort(st.uid[:no], kind="stable")
-        names = ("uid", "shape", "params", "position", "orientation", "velocity",
-                 "angular_velocity", "mass", "material", "flags", "wraps")
-        return {k: getattr(st, k)[:no][order].copy() for k in names}
+        names = self.STATE_FIELDS
+        if not gather or self.net.size == 1:
+            order = np.argsort(st.uid[:no], kind="stable")
+            return {k: getattr(st, k)[:no][order].copy() for k in names}
+        keep = np.arange(no)
+        if self.net.rank != 0:
+            keep = np.flatnonzero((st.flags[:no] & INFINITE) == 0)
+        parts = self.net.gather({k: getattr(st, k)[keep] for k in names})
+        if parts is None:
+            return None
+        out = {k: np.concatenate([p[k] for p in parts]) for k in names}
+        order = np.argsort(out["uid"], kind="stable")
+        return {k: v[order] for k, v in out.items()}
 
     def kinetic_energy(self) -> float:
-        """Translational + rotational kinetic energy of the movable bodies."""
+        """Translational + rotational kinetic energy of the movable bodies (collective: the
+        per-rank sums added in rank order)."""
         st = self.st
         et, er = I.kinetic_energy(st.n_owned, st.flags, st.mass, st.inertia, st.orientation,
                                   st.velocity, st.angular_velocity)
-        return et + er
+        return self.net.fsum_ranks(et + er)
 
     def memory_bytes(self) -> int:
         return self.st.nbytes + (self.nl.nbytes if self.nl is not None else 0)
@@ -331,13 +394,20 @@ class Simulation:
     # ---- setup -------------------------------------------------------------------------------
     @property
     def skin(self) -> float:
+        """Neighbour-list skin (collective when it is the default, 0.1 x smallest diameter)."""
         if self._skin_arg is not None:
             return self._skin_arg
         st = self.st
         finite = st.shape[: st.n_owned] != PLANE
-        if not finite.any():
-            return 0.0
-        return 0.1 * 2.0 * float(np.min(st.bounding_radius[: st.n_owned][finite]))
+        r = float(np.min(st.bounding_radius[: st.n_owned][finite])) if finite.any() else np.inf
+        r = self.net.min(r)
+        return 0.2 * r if np.isfinite(r) else 0.0
+
+    def _largest_radius(self) -> float:
+        st = self.st
+        finite = st.shape[: st.n_owned] != PLANE
+        r = float(np.max(st.bounding_radius[: st.n_owned][finite])) if finite.any() else 0.0
+        return self.net.max(r)
 
     def smallest_collision_time(self) -> tuple[float, str]:
         """Smallest normal collision time over the material pairs present, with the smallest
@@ -347,10 +417,17 @@ class Simulation:
         movable = (st.flags[:no] & FIXED) == 0
         mats = st.material[:no]
         best, where = math.inf, ""
-        m_min = {}
+        nm = len(self.materials)
+        lows = np.full(nm, np.inf)
+        has_fixed = np.zeros(nm)
         for k in np.unique(mats[movable]):
-            m_min[int(k)] = float(st.mass[:no][movable & (mats == k)].min())
-        fixed_mats = {int(k) for k in np.unique(mats[~movable])}
+            lows[k] = float(st.mass[:no][movable & (mats == k)].min())
+        for k in np.unique(mats[~movable]):
+            has_fixed[k] = 1.0
+        lows = self.net.allreduce_array(lows, "min")
+        has_fixed = self.net.allreduce_array(has_fixed, "max")
+        m_min = {k: float(lows[k]) for k in range(nm) if np.isfinite(lows[k])}
+        fixed_mats = {k for k in range(nm) if has_fixed[k] > 0}
         table = self.table
         for a, ma in m_min.items():
             for b, mb in m_min.items():
@@ -383,7 +460,7 @@ class Simulation:
     # ---- periodic images (the serial shadows) ---------------------------------------------------
     def _clear_shadows(self) -> None:
         self.st.clear_shadows()
-        self._src = np.empty(0, dtype=np.int64)
+        self.halo.plan = []
 
     def _wrap(self) -> None:
         """Move owned bodies back into the box on periodic axes (counted in ``wraps``)."""
@@ -399,62 +476,51 @@ class Simulation:
             st.position[moved] -= k[moved] * box
             st.wraps[moved] += k[moved].astype(np.int32)
 
-    def _make_images(self) -> None:
-        if not self.periodic.any():
-            return
-        st = self.st
-        no = st.n_owned
-        finite = np.flatnonzero(st.shape[:no] != PLANE)
-        if finite.size == 0:
-            return
-        rb = st.bounding_radius[finite]
-        halo = rb + float(rb.max()) + self.nl.skin + 1e-9 * (1.0 + float(np.abs(self.box).max()))
-        need = 2.0 * (2.0 * float(rb.max()) + self.nl.skin)
+    def _check_halo(self, rmax: float, skin: float) -> None:
+        """Periodic axes must be longer than twice the halo (one image of a body near a body);
+        blocks must be wider than the halo (shadows travel one block per sweep)."""
+        need = 2.0 * (2.0 * rmax + skin)
         for d in np.flatnonzero(self.periodic):
             if self.box[d] <= need:
                 raise SimulationError(
                     f"periodic axis {'xyz'[d]}: the box length {self.box[d]:g} must exceed "
                     f"2 x (largest body diameter + skin) = {need:g}; enlarge the domain")
-        pos = st.position[finite]
-        near_lo = (pos - self.lo < halo[:, None]) & self.periodic
-        near_hi = (self.hi - pos < halo[:, None]) & self.periodic
-        srcs, codes = [], []
-        for code in range(27):
-            if code == NO_SHIFT:
-                continue
-            s = (code % 3 - 1, (code // 3) % 3 - 1, code // 9 - 1)
-            mask = np.ones(finite.size, dtype=bool)
-            for d in range(3):
-                if s[d] == 1:
-                    mask &= near_lo[:, d]
-                elif s[d] == -1:
-                    mask &= near_hi[:, d]
-            if mask.any():
-                srcs.append(finite[mask])
-                codes.append(np.full(int(mask.sum()), code, dtype=np.int8))
-        if srcs:
-            src = np.concatenate(srcs)
-            st.append_shadows(src, np.concatenate(codes))
-            self._src = src
+        width = (self.hi - self.lo) / np.array(self.dec.dims)
+        halo = 2.0 * rmax + skin
+        for d in range(3):
+            if self.dec.dims[d] > 1 and not width[d] > halo * (1 + 1e-9):
+                raise SimulationError(
+                    f"blocks along {'xyz'[d]} are {width[d]:g} wide, thinner than the halo "
+                    f"(largest body diameter + skin = {halo:g}): use fewer blocks along "
+                    f"{'xyz'[d]} (blocks = {list(self.dec.dims)}) or fewer ranks")
 
     def _refresh_shadows(self) -> None:
-        st = self.st
-        if st.n_shadow:
-            _copy_state(self._src, st.n_owned, st.position, st.orientation, st.velocity,
-                        st.angular_velocity)
+        if self.halo.plan:
+            self.halo.refresh(self.st)
 
     def _rebuild(self) -> None:
         self._clear_shadows()
+        st = self.st
         if self.outflow == "delete" and self.walled.any():
-            st = self.st
             out = np.zeros(st.n_owned, dtype=np.bool_)
-            if I.outside(st.n_owned, st.flags, st.position, self.lo, self.hi, self.walled, out):
+            k = I.outside(st.n_owned, st.flags, st.position, self.lo, self.hi, self.walled, out)
+            if k:
                 gone = np.flatnonzero(out)
                 self.deleted += gone.size
                 st.remove_owned(gone)
+            if self.check_ownership and self.net.isum(k):
+                self._expected_uids = None
         self._wrap()
-        self._make_images()
-        self.nl.rebuild(self.st, self.box)
+        if self.net.size > 1:
+            err = self.halo.migrate(st, self.nl)
+            if err is not None:
+                raise SimulationError(err)
+        rmax = self._largest_radius()
+        skin = self.nl.skin
+        self._check_halo(rmax, skin)
+        reach = rmax + skin + 1e-9 * (1.0 + float(np.abs(self.box).max()))
+        self.halo.build(st, reach)
+        self.nl.rebuild(st, self.box)
 
     # ---- the step ----------------------------------------------------------------------------
     def _forces(self, update: bool = True) -> None:
@@ -487,6 +553,8 @@ class Simulation:
                              st.velocity, st.angular_velocity, st.force, st.torque,
                              st.ref_position, st.ref_orientation)
         t1 = time.perf_counter()
+        moved = self.net.max(moved if math.isfinite(moved) else math.inf)
+        tc = time.perf_counter()
         if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
             self._check(self.step_count + 1)
             self._rebuild()
@@ -504,11 +572,39 @@ class Simulation:
         t5 = time.perf_counter()
         tm = self.timers
         tm["integration"] += (t1 - t0) + (t4 - t3)
-        tm["neighbours"] += t2 - t1
+        tm["neighbours"] += t2 - tc
+        tm["communication"] += tc - t1
         tm["contacts"] += t3 - t2
         tm["checks"] += t5 - t4
 
     def _check(self, step: int) -> None:
+        """Collective: raise the same SimulationError on every rank if any rank has a body with a
+        non-finite state or (outflow "error") outside the domain."""
+        msg = self._check_local(step)
+        if self.check_ownership:
+            msg = msg or self._ownership_error(step)
+        msg = self.net.first_error(msg)
+        if msg is not None:
+            raise SimulationError(msg)
+
+    def _ownership_error(self, step: int) -> str | None:
+        st = self.st
+        no = st.n_owned
+        uids = st.uid[:no][(st.flags[:no] & INFINITE) == 0]
+        everyone = np.sort(self.net.allgather_int64(uids))
+        if self._expected_uids is None:
+            self._expected_uids = everyone
+        exp = self._expected_uids
+        if everyone.size == exp.size and (everyone == exp).all():
+            return None
+        dup = everyone[1:][everyone[1:] == everyone[:-1]]
+        lost = np.setdiff1d(exp, everyone)
+        new = np.setdiff1d(everyone, exp)
+        return (f"ownership check failed at step {step}: {everyone.size} owned bodies, expected "
+                f"{exp.size}; uids with two owners {dup[:10].tolist()}, lost {lost[:10].tolist()},"
+                f" unexpected {new[:10].tolist()}")
+
+    def _check_local(self, step: int) -> str | None:
         st = self.st
         walled = self.walled if self.outflow == "error" else np.zeros(3, dtype=np.bool_)
         i, cause = I.check_state(st.n_owned, st.flags, st.position, st.velocity,
@@ -523,7 +619,8 @@ class Simulation:
                 what = (f"its centre {_fmt(st.position[i])} left the domain "
                         f"[{_fmt(self.lo)}, {_fmt(self.hi)}) (outflow = 'error'; use "
                         "outflow = 'delete' to remove such bodies)")
-            raise SimulationError(f"body uid {uid} at step {step}: {what}")
+            return f"body uid {uid} at step {step}: {what}"
+        return None
 
     def run(self, steps: int, callback=None, every: int = 0) -> None:
         """Advance ``steps`` time steps; ``callback(sim)`` is called every ``every`` steps."""
@@ -534,20 +631,6 @@ class Simulation:
             self.step()
             if callback is not None and every and self.step_count % every == 0:
                 callback(self)
-
-
-@njit(cache=True)
-def _copy_state(src, start, position, orientation, velocity, angular_velocity):
-    """Shadow slots start.. take the pose and velocities of their sources."""
-    for k in range(src.shape[0]):
-        i = src[k]
-        j = start + k
-        for d in range(3):
-            position[j, d] = position[i, d]
-            velocity[j, d] = velocity[i, d]
-            angular_velocity[j, d] = angular_velocity[i, d]
-        for d in range(4):
-            orientation[j, d] = orientation[i, d]
 
 
 def _mass_properties(shape: int, params: np.ndarray, density: float):

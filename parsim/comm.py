@@ -1,0 +1,207 @@
+"""The one layer that talks MPI: reductions and neighbour exchanges of contiguous numpy buffers.
+
+:class:`Net` wraps an ``mpi4py`` communicator, or nothing for a serial run (then no MPI is
+initialised and every call is local). Messages between neighbours are whole numpy arrays sent as
+bytes (no pickling on the hot path); only :meth:`Net.gather` (tests, small runs) pickles.
+
+An exchange along one axis sends one buffer down and one up and receives what the neighbours sent
+the other way. A rank that is its own neighbour (one block along a periodic axis) copies locally.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .decomposition import NONE
+
+#: message tags: 2 per axis and direction of travel, for counts and data
+_TAG = 7000
+
+
+def launched_ranks() -> int:
+    """Ranks of the job according to the launcher's environment (1 without mpiexec/srun), read
+    without initialising MPI."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):
+        if var in os.environ:
+            try:
+                return int(os.environ[var])
+            except ValueError:
+                pass
+    if "SLURM_NTASKS" in os.environ and "SLURM_STEP_ID" in os.environ:
+        try:
+            return int(os.environ["SLURM_NTASKS"])
+        except ValueError:
+            pass
+    return 1
+
+
+def auto_comm():
+    """``MPI.COMM_WORLD`` when launched on several ranks (or when MPI is already initialised),
+    else None (serial)."""
+    import sys
+
+    if launched_ranks() > 1 or "mpi4py.MPI" in sys.modules:
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() or launched_ranks() > 1:
+            return MPI.COMM_WORLD
+    return None
+
+
+class Net:
+    """Communication of one rank (``comm=None``: a serial run, no MPI)."""
+
+    def __init__(self, comm=None):
+        self.comm = comm
+        if comm is None:
+            self.rank, self.size = 0, 1
+        else:
+            from mpi4py import MPI
+
+            self.MPI = MPI
+            self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.bytes_sent = 0
+        self.messages_sent = 0
+
+    @property
+    def serial(self) -> bool:
+        return self.size == 1
+
+    # ---- reductions ----------------------------------------------------------------------------
+    def max(self, x: float) -> float:
+        if self.size == 1:
+            return float(x)
+        return float(self.comm.allreduce(float(x), op=self.MPI.MAX))
+
+    def min(self, x: float) -> float:
+        if self.size == 1:
+            return float(x)
+        return float(self.comm.allreduce(float(x), op=self.MPI.MIN))
+
+    def isum(self, x: int) -> int:
+        if self.size == 1:
+            return int(x)
+        return int(self.comm.allreduce(int(x), op=self.MPI.SUM))
+
+    def fsum_ranks(self, x: float) -> float:
+        """Sum over ranks, added in rank order (deterministic for a given rank count)."""
+        if self.size == 1:
+            return float(x)
+        return float(sum(self.comm.allgather(float(x))))
+
+    def allreduce_array(self, a: np.ndarray, op: str) -> np.ndarray:
+        if self.size == 1:
+            return a.copy()
+        out = np.empty_like(a)
+        self.comm.Allreduce(a, out, op={"max": self.MPI.MAX, "min": self.MPI.MIN,
+                                         "sum": self.MPI.SUM}[op])
+        return out
+
+    def first_error(self, message: str | None):
+        """Collective: the message of the lowest rank that has one (None if no rank has), so
+        every rank can raise the same error instead of leaving the others waiting."""
+        if self.size == 1:
+            return message
+        flag = self.comm.allreduce(0 if message is None else 1, op=self.MPI.SUM)
+        if flag == 0:
+            return None
+        msgs = self.comm.allgather(message)
+        for r, m in enumerate(msgs):
+            if m is not None:
+                return m if r == 0 or self.size == 1 else f"{m} [rank {r}]"
+        return None
+
+    def gather(self, obj, root: int = 0):
+        if self.size == 1:
+            return [obj]
+        return self.comm.gather(obj, root=root)
+
+    def allgather(self, obj):
+        if self.size == 1:
+            return [obj]
+        return self.comm.allgather(obj)
+
+    def bcast(self, obj, root: int = 0):
+        if self.size == 1:
+            return obj
+        return self.comm.bcast(obj, root=root)
+
+    def allgather_int64(self, a: np.ndarray) -> np.ndarray:
+        """Concatenation over ranks (rank order) of int64 arrays of any length."""
+        a = np.ascontiguousarray(a, dtype=np.int64)
+        if self.size == 1:
+            return a.copy()
+        counts = np.array(self.comm.allgather(a.size), dtype=np.int64)
+        out = np.empty(int(counts.sum()), dtype=np.int64)
+        displs = np.zeros(self.size, dtype=np.int64)
+        np.cumsum(counts[:-1], out=displs[1:])
+        self.comm.Allgatherv(a, [out, counts, displs, self.MPI.INT64_T])
+        return out
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            self.comm.Barrier()
+
+    # ---- neighbour exchange ----------------------------------------------------------------------
+    def exchange(self, axis: int, down_rank: int, up_rank: int, to_down: np.ndarray,
+                 to_up: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
+        """Send ``to_down`` to the lower neighbour and ``to_up`` to the upper one (arrays of
+        ``dtype``, any length; ignored where the neighbour is NONE). Returns (from_down,
+        from_up): what the lower neighbour sent up and what the upper one sent down."""
+        empty = np.empty(0, dtype=dtype)
+        if down_rank == self.rank and up_rank == self.rank:       # one block: local copies
+            return (to_up.copy() if up_rank != NONE else empty,
+                    to_down.copy() if down_rank != NONE else empty)
+        MPI = self.MPI
+        comm = self.comm
+        t_up, t_down = _TAG + 4 * axis, _TAG + 4 * axis + 1
+        counts_in = [np.zeros(1, np.int64), np.zeros(1, np.int64)]
+        reqs = []
+        for src, tag, buf in ((down_rank, t_up, counts_in[0]), (up_rank, t_down, counts_in[1])):
+            if src != NONE:
+                reqs.append(comm.Irecv(buf, source=src, tag=tag))
+        out_counts = []
+        for dst, tag, arr in ((down_rank, t_down, to_down), (up_rank, t_up, to_up)):
+            if dst != NONE:
+                c = np.array([arr.shape[0]], dtype=np.int64)
+                out_counts.append(c)
+                reqs.append(comm.Isend(c, dest=dst, tag=tag))
+        MPI.Request.Waitall(reqs)
+        got = [np.empty(int(counts_in[0][0]) if down_rank != NONE else 0, dtype=dtype),
+               np.empty(int(counts_in[1][0]) if up_rank != NONE else 0, dtype=dtype)]
+        reqs = []
+        for src, tag, buf in ((down_rank, t_up + 2, got[0]), (up_rank, t_down + 2, got[1])):
+            if src != NONE and buf.shape[0]:
+                reqs.append(comm.Irecv([buf.view(np.uint8), MPI.BYTE], source=src, tag=tag))
+        for dst, tag, arr in ((down_rank, t_down + 2, to_down), (up_rank, t_up + 2, to_up)):
+            if dst != NONE and arr.shape[0]:
+                a = np.ascontiguousarray(arr)
+                reqs.append(comm.Isend([a.view(np.uint8), MPI.BYTE], dest=dst, tag=tag))
+                self.bytes_sent += a.nbytes
+                self.messages_sent += 1
+        MPI.Request.Waitall(reqs)
+        return got[0], got[1]
+
+    def exchange_fixed(self, axis: int, down_rank: int, up_rank: int, to_down: np.ndarray,
+                       to_up: np.ndarray, from_down: np.ndarray, from_up: np.ndarray) -> None:
+        """Like :meth:`exchange` for messages whose sizes both sides know (the per-step shadow
+        refresh): receives straight into ``from_down`` / ``from_up``, one message each way."""
+        if down_rank == self.rank and up_rank == self.rank:
+            from_up[...] = to_down
+            from_down[...] = to_up
+            return
+        MPI = self.MPI
+        comm = self.comm
+        t_up, t_down = _TAG + 100 + 2 * axis, _TAG + 101 + 2 * axis
+        reqs = []
+        for src, tag, buf in ((down_rank, t_up, from_down), (up_rank, t_down, from_up)):
+            if src != NONE and buf.size:
+                reqs.append(comm.Irecv([buf.view(np.uint8), MPI.BYTE], source=src, tag=tag))
+        for dst, tag, arr in ((down_rank, t_down, to_down), (up_rank, t_up, to_up)):
+            if dst != NONE and arr.size:
+                reqs.append(comm.Isend([arr.view(np.uint8), MPI.BYTE], dest=dst, tag=tag))
+                self.bytes_sent += arr.nbytes
+                self.messages_sent += 1
+        MPI.Request.Waitall(reqs)

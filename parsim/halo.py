@@ -1,0 +1,209 @@
+"""Shadow copies and migration between blocks, in three sweeps (x, then y, then z).
+
+*Shadows.* At a neighbour-list rebuild every rank sends a copy of each body whose centre lies
+within its *halo* of a block face to the neighbour behind that face: in sweep x its owned bodies,
+in sweep y its owned bodies and the copies received in sweep x, in sweep z all of those. Bodies
+near an edge or corner thus reach the 2 or 7 blocks around it with 6 messages per rank, as in pe.
+A copy sent across the periodic seam carries the shift in its image code (positions are stored
+unshifted); with one block along a periodic axis the rank sends to itself, which makes the
+periodic images of the serial run. The halo of a body is
+``bounding radius + largest bounding radius + skin`` (plus a rounding hair): everything whose
+skin-enlarged AABB can overlap the enlarged AABB of a body owned by the receiver.
+
+Shadows are fixed until the next rebuild; every step :meth:`Halo.refresh` replays the three
+sweeps with the pose and velocities only (fixed-size messages into preallocated buffers).
+
+*Migration.* At a rebuild, before the shadows are made, an owned body whose centre has left the
+block goes to the neighbour along the first axis on which it is outside, and so on in the next
+sweeps (a body crossing a corner takes up to three hops within one rebuild). It takes its
+tangential spring histories along (:meth:`NeighbourList.export_history`). Removal and insertion
+are O(1) per body (swap-remove in the storage, the hash grid is updated incrementally).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .bodies import FIELDS, INFINITE, SHADOW, BodyStorage
+from .comm import Net
+from .decomposition import NONE, Decomposition
+
+#: one body as a record (all storage fields), the unit of shadow creation and migration
+BODY = np.dtype([(name, dtype, shape) for name, (dtype, shape) in FIELDS.items()])
+#: pose + velocities: what a shadow refresh sends per copy
+STATE_WIDTH = 13
+
+
+class MigrationError(RuntimeError):
+    """A body moved further than one block between two rebuilds."""
+
+
+def records(st: BodyStorage, slots: np.ndarray) -> np.ndarray:
+    rec = np.empty(slots.shape[0], dtype=BODY)
+    for name in FIELDS:
+        rec[name] = getattr(st, name)[slots]
+    return rec
+
+
+@njit(cache=True)
+def _pack_state(slots, position, orientation, velocity, angular_velocity, buf):
+    for k in range(slots.shape[0]):
+        i = slots[k]
+        for d in range(3):
+            buf[k, d] = position[i, d]
+            buf[k, 7 + d] = velocity[i, d]
+            buf[k, 10 + d] = angular_velocity[i, d]
+        for d in range(4):
+            buf[k, 3 + d] = orientation[i, d]
+
+
+@njit(cache=True)
+def _unpack_state(buf, start, position, orientation, velocity, angular_velocity):
+    for k in range(buf.shape[0]):
+        j = start + k
+        for d in range(3):
+            position[j, d] = buf[k, d]
+            velocity[j, d] = buf[k, 7 + d]
+            angular_velocity[j, d] = buf[k, 10 + d]
+        for d in range(4):
+            orientation[j, d] = buf[k, 3 + d]
+
+
+@njit(cache=True)
+def _copy_state(src, start, position, orientation, velocity, angular_velocity):
+    """Slots start.. take the pose and velocities of slots ``src`` (local shadows)."""
+    for k in range(src.shape[0]):
+        i = src[k]
+        j = start + k
+        for d in range(3):
+            position[j, d] = position[i, d]
+            velocity[j, d] = velocity[i, d]
+            angular_velocity[j, d] = angular_velocity[i, d]
+        for d in range(4):
+            orientation[j, d] = orientation[i, d]
+
+
+def _shift_image(rec: np.ndarray, axis: int, delta: int) -> None:
+    """Add ``delta`` (+-1) to the periodic shift of the copies along ``axis``."""
+    if rec.shape[0]:
+        rec["image"] = (rec["image"].astype(np.int64) + delta * 3**axis).astype(np.int8)
+
+
+class Halo:
+    """The shadow copies of one rank and the plan to refresh them every step."""
+
+    def __init__(self, net: Net, dec: Decomposition):
+        self.net = net
+        self.dec = dec
+        self.plan = []             # per axis: (send_down, send_up, start_from_down, start_from_up)
+        self.buffers = []          # per axis: (to_down, to_up, from_down, from_up) float64[k, 13]
+        self.migrated = 0          # bodies this rank sent away at the last rebuild
+        self.migrated_total = 0    # ... and over the run
+        self.shadows_made = 0
+
+    # ---- shadows -----------------------------------------------------------------------------
+    def build(self, st: BodyStorage, reach: float) -> None:
+        """Make the shadow copies (requires none present). ``reach`` is the halo beyond a body's
+        own bounding radius: largest bounding radius + skin + rounding hair (global)."""
+        dec, net = self.dec, self.net
+        self.plan = []
+        self.buffers = []
+        for d in range(3):
+            if dec.down[d] == NONE and dec.up[d] == NONE:
+                self.plan.append(None)
+                self.buffers.append(None)
+                continue
+            n = st.n
+            cand = np.flatnonzero((st.flags[:n] & INFINITE) == 0)
+            x = st.position[cand, d]
+            h = st.bounding_radius[cand] + reach
+            send_down = cand[x - dec.block_lo[d] < h] if dec.down[d] != NONE else cand[:0]
+            send_up = cand[dec.block_hi[d] - x < h] if dec.up[d] != NONE else cand[:0]
+            rec_down = records(st, send_down)
+            rec_up = records(st, send_up)
+            if dec.seam_down[d]:            # arrives at the top end: seen one box length higher
+                _shift_image(rec_down, d, +1)
+            if dec.seam_up[d]:
+                _shift_image(rec_up, d, -1)
+            got_down, got_up = net.exchange(d, dec.down[d], dec.up[d], rec_down, rec_up, BODY)
+            start_down = st.n
+            st.append_shadow_records(got_down)
+            start_up = st.n
+            st.append_shadow_records(got_up)
+            self.plan.append((send_down.astype(np.int64), send_up.astype(np.int64),
+                              start_down, start_up))
+            self.buffers.append((np.empty((send_down.size, STATE_WIDTH)),
+                                 np.empty((send_up.size, STATE_WIDTH)),
+                                 np.empty((got_down.size, STATE_WIDTH)),
+                                 np.empty((got_up.size, STATE_WIDTH))))
+        self.shadows_made = st.n_shadow
+
+    def refresh(self, st: BodyStorage) -> None:
+        """Shadows take the current pose and velocities of their originals (three sweeps)."""
+        dec = self.dec
+        for d in range(3):
+            p = self.plan[d]
+            if p is None:
+                continue
+            send_down, send_up, start_down, start_up = p
+            if dec.down[d] == self.net.rank:       # one block along this periodic axis
+                _copy_state(send_up, start_down, st.position, st.orientation, st.velocity,
+                            st.angular_velocity)
+                _copy_state(send_down, start_up, st.position, st.orientation, st.velocity,
+                            st.angular_velocity)
+                continue
+            to_down, to_up, from_down, from_up = self.buffers[d]
+            _pack_state(send_down, st.position, st.orientation, st.velocity,
+                        st.angular_velocity, to_down)
+            _pack_state(send_up, st.position, st.orientation, st.velocity,
+                        st.angular_velocity, to_up)
+            self.net.exchange_fixed(d, dec.down[d], dec.up[d], to_down, to_up, from_down, from_up)
+            _unpack_state(from_down, start_down, st.position, st.orientation, st.velocity,
+                          st.angular_velocity)
+            _unpack_state(from_up, start_up, st.position, st.orientation, st.velocity,
+                          st.angular_velocity)
+
+    # ---- migration ---------------------------------------------------------------------------
+    def migrate(self, st: BodyStorage, nl) -> str | None:
+        """Hand owned bodies that left the block to their new owners (requires no shadows).
+        Returns an error message (a body moved more than one block) or None."""
+        dec, net = self.dec, self.net
+        self.migrated = 0
+        error = None
+        for d in range(3):
+            n = dec.dims[d]
+            if n == 1:
+                continue
+            no = st.n_owned
+            finite = (st.flags[:no] & INFINITE) == 0
+            owner = dec.owner_coords(st.position[:no])[:, d]
+            c = dec.coords[d]
+            up_to = (c + 1) % n if dec.periodic[d] else c + 1
+            down_to = (c - 1) % n if dec.periodic[d] else c - 1
+            up = finite & (owner == up_to) & (owner != c)
+            down = finite & (owner == down_to) & ~up & (owner != c)
+            far = finite & (owner != c) & ~up & ~down
+            if far.any() and error is None:
+                i = int(np.flatnonzero(far)[0])
+                error = (f"body uid {int(st.uid[i])} at {tuple(st.position[i])} moved more than "
+                         f"one block along {'xyz'[d]} between two neighbour-list rebuilds (its "
+                         f"block: {dec.describe()}); the time step is too large")
+            s_down = np.flatnonzero(down)
+            s_up = np.flatnonzero(up)
+            rec_down, rec_up = records(st, s_down), records(st, s_up)
+            h_down = nl.export_history(st.uid[s_down]) if nl is not None else None
+            h_up = nl.export_history(st.uid[s_up]) if nl is not None else None
+            st.remove_owned(np.concatenate([s_down, s_up]))
+            self.migrated += s_down.size + s_up.size
+            self.migrated_total += s_down.size + s_up.size
+            got_down, got_up = net.exchange(d, dec.down[d], dec.up[d], rec_down, rec_up, BODY)
+            for got in (got_down, got_up):
+                if got.shape[0]:
+                    st.append_owned({k: got[k] for k in FIELDS})
+            if nl is not None:
+                from .neighbours import HISTORY
+
+                hd, hu = net.exchange(d, dec.down[d], dec.up[d], h_down, h_up, HISTORY)
+                nl.import_history(np.concatenate([hd, hu]))
+        return net.first_error(error)

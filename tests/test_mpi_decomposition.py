@@ -1,0 +1,147 @@
+"""The domain decomposition: a run on N ranks gives the same bits as the run on one rank.
+
+Each test builds the same scene on a sub-communicator of 1..size ranks with several block layouts
+(``comm.Split``), runs it, gathers the uid-sorted state on the group's rank 0 and compares it with
+``==`` to the serial run made on world rank 0. The verdict is broadcast before anything is
+asserted, so every rank passes or fails alike (no rank is left waiting in a collective).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parsim import Simulation
+
+FIELDS = ("uid", "position", "orientation", "velocity", "angular_velocity", "wraps")
+L = 4.0
+
+
+def mixed_scene(comm, blocks, periodic: bool, check_ownership: bool = False,
+                n_side: int = 7, speed: float = 4.0) -> Simulation:
+    """A dense, colliding mix of spheres, boxes and capsules in [0, L]^3: all-periodic without
+    gravity, or walled (6 planes) with gravity."""
+    per = (True, True, True) if periodic else (False, False, False)
+    sim = Simulation(dt=1e-4, gravity=(0, 0, 0) if periodic else (0, 0, -9.81),
+                     domain=((0, 0, 0), (L, L, L)), periodic=per, skin=0.05, comm=comm,
+                     blocks=blocks, check_ownership=check_ownership)
+    sim.add_material("grain", density=1000.0, restitution=0.7, collision_time=2e-3,
+                     friction=0.4)
+    rng = np.random.default_rng(7)
+    g = (np.arange(n_side) + 0.5) * (L / n_side)
+    c = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    c += rng.uniform(-0.05, 0.05, size=c.shape)
+    v = rng.normal(0.0, speed, size=c.shape)
+    w = rng.normal(0.0, 5.0, size=c.shape)
+    q = rng.normal(size=(c.shape[0], 4))
+    kind = np.arange(c.shape[0]) % 3
+    s, b, k = kind == 0, kind == 1, kind == 2
+    sim.add_spheres(c[s], rng.uniform(0.17, 0.24, size=int(s.sum())), "grain", velocities=v[s],
+                    angular_velocities=w[s])
+    sim.add_boxes(c[b], rng.uniform(0.1, 0.2, size=(int(b.sum()), 3)), "grain",
+                  orientations=q[b], velocities=v[b], angular_velocities=w[b])
+    sim.add_capsules(c[k], 0.1, rng.uniform(0.1, 0.25, size=int(k.sum())), "grain",
+                     orientations=q[k], velocities=v[k], angular_velocities=w[k])
+    if not periodic:
+        for d in range(3):
+            n = np.zeros(3)
+            n[d] = 1.0
+            sim.add_plane(np.zeros(3), n, "grain")
+            sim.add_plane(np.full(3, L), -n, "grain")
+    return sim
+
+
+def serial_reference(comm, steps, **kw):
+    """The uid-sorted final state of the serial run, on world rank 0 (None elsewhere)."""
+    if comm.rank != 0:
+        return None
+    sim = mixed_scene(None, None, **kw)
+    sim.run(steps)
+    return sim.state()
+
+
+def compare(ref, got) -> str | None:
+    if got["uid"].shape != ref["uid"].shape or (got["uid"] != ref["uid"]).any():
+        return f"uids differ: {got['uid'].size} bodies vs {ref['uid'].size}"
+    for k in FIELDS:
+        bad = np.flatnonzero((got[k] != ref[k]).reshape(got[k].shape[0], -1).any(axis=1))
+        if bad.size:
+            i = bad[0]
+            return (f"{k} differs for {bad.size} bodies, first uid {ref['uid'][i]}: "
+                    f"{got[k][i]!r} vs {ref[k][i]!r}")
+    return None
+
+
+def run_layouts(comm, layouts, steps, **kw):
+    """Run the scene on each (ranks, blocks) layout that fits; [(layout, verdict)] on every
+    rank, verdict None when the bits equal the serial run's."""
+    ref = serial_reference(comm, steps, **kw)
+    verdicts = []
+    for n, blocks in layouts:
+        if n > comm.size:
+            continue
+        sub = comm.Split(0 if comm.rank < n else 1, comm.rank)
+        msg = None
+        if comm.rank < n:
+            try:
+                sim = mixed_scene(sub, blocks, **kw)
+                sim.run(steps)
+                got = sim.state(gather=True)
+                err = None
+            except Exception as e:          # reported below, on every rank
+                got, err = None, f"{type(e).__name__}: {e}"
+            errs = sub.allgather(err)
+            if any(errs):
+                msg = "; ".join(e for e in errs if e)
+            elif comm.rank == 0:
+                msg = compare(ref, got)
+        sub.Free()
+        msg = comm.bcast(msg if comm.rank == 0 else None, root=0)
+        verdicts.append(((n, blocks), msg))
+    return verdicts
+
+
+LAYOUTS = [(1, (1, 1, 1)), (2, (2, 1, 1)), (2, (1, 1, 2)), (3, (1, 3, 1)), (4, (2, 2, 1)),
+           (4, (1, 2, 2)), (4, (4, 1, 1))]
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("periodic", [True, False], ids=["periodic", "walled"])
+def test_rank_count_invariance_bitwise(comm, periodic):
+    """500 steps of ~340 colliding spheres, boxes and capsules: every layout of 1..size ranks
+    gives bit-identical positions, velocities, orientations and wraps."""
+    verdicts = run_layouts(comm, LAYOUTS, 500, periodic=periodic)
+    failed = [(layout, msg) for layout, msg in verdicts if msg is not None]
+    assert len(verdicts) >= 3
+    assert not failed, failed
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ownership_conserved_under_fast_crossings(comm):
+    """Fast bodies (10 m/s, 1.5 blocks per 1000 steps) cross block faces, edges, corners and the
+    periodic seams with the ownership check on every step; the result still equals the serial."""
+    layouts = [(comm.size, None)]
+    verdicts = run_layouts(comm, layouts, 1500, periodic=True, check_ownership=True,
+                           n_side=5, speed=10.0)
+    assert verdicts and verdicts[0][1] is None, verdicts
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bodies_are_distributed_and_migrate(comm):
+    """Each rank owns only bodies in its block, every body has exactly one owner, and bodies do
+    migrate during the run."""
+    sim = mixed_scene(comm, None, periodic=True, n_side=5, speed=10.0)
+    from mpi4py import MPI
+
+    total = sim.count_bodies()
+    for _ in range(10):
+        sim.run(100)
+        st = sim.st
+        inside = sim.dec.owns(st.position[: st.n_owned])
+        ok = bool(inside.all())
+        all_ok = comm.allreduce(int(ok), op=MPI.MIN)
+        assert all_ok == 1
+        assert sim.count_bodies() == total
+    uids = np.sort(np.concatenate(comm.allgather(sim.state()["uid"])))
+    assert (uids == np.arange(total)).all()
+    assert comm.allreduce(sim.halo.migrated_total) > 0
