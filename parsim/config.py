@@ -191,14 +191,27 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
         raise dom_t.err("hi", f"must exceed lo on every axis (lo = {lo.tolist()}, hi = {hi.tolist()})")
     periodic = dom_t.vector("periodic", (False, False, False), kind=bool)
     box_walls = dom_t.boolean("walls", False)
+    blocks = None
+    if dom_t.has("blocks"):
+        v = dom_t.raw("blocks")
+        if not (isinstance(v, list) and len(v) == 3
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)):
+            raise dom_t.err("blocks", f"must be a list of 3 integers >= 1 (blocks per axis), got {v!r}")
+        blocks = tuple(v)
     dom_t.done()
 
     every = out_t.number("every", max(n_steps, 1), low=1, integer=True)
     progress = out_t.number("progress_every", max(n_steps // 20, 1), low=1, integer=True)
     out_t.done()
 
-    sim = Simulation(dt=dt, gravity=gravity, domain=(lo, hi), periodic=periodic, skin=skin,
-                     outflow=outflow, allow_large_dt=allow)
+    try:
+        sim = Simulation(dt=dt, gravity=gravity, domain=(lo, hi), periodic=periodic, skin=skin,
+                         outflow=outflow, allow_large_dt=allow, blocks=blocks)
+    except ValueError as e:
+        if blocks is not None and "blocks" in str(e):
+            raise dom_t.err("blocks", f"= {list(blocks)}: {e}; drop it to let parsim choose") \
+                from None
+        raise ConfigError(f"{src}: {e}") from None
     if not isinstance(mats, list) or not mats:
         raise ConfigError(f"{src}: [[materials]]: at least one material is required")
     material_keys = ("density", "restitution", "collision_time", "stiffness", "damping",
@@ -430,11 +443,8 @@ def _random_batch(sim, spec, t, count) -> int:
     size, rb = size[order], rb[order]
     if (2 * rb >= (rhi - rlo).min()).any():
         raise t.err("region", f"is too small for bodies of bounding diameter {2 * rb.max():.4g}")
-    st = sim.st
-    no = st.n_owned
-    finite = st.shape[:no] != 3
-    obs_pos = np.ascontiguousarray(st.position[:no][finite])
-    obs_r = np.ascontiguousarray(st.bounding_radius[:no][finite])
+    margin = 2.0 * max(float(rb.max()), sim.largest_radius())
+    _, obs_pos, obs_r = sim.bodies_near(rlo - margin, rhi + margin)
     seed = int(rng.integers(0, 2**31 - 1))
     centers = np.zeros((count, 3))
     placed = _rsa(rlo, rhi, rb, obs_pos, obs_r, seed, spec["max_attempts"], centers)

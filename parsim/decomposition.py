@@ -18,9 +18,11 @@ import numpy as np
 NONE = -1
 
 
-def default_blocks(size: int, lo, hi, periodic) -> tuple[int, int, int]:
+def default_blocks(size: int, lo, hi, periodic, gravity=(0.0, 0.0, 0.0)) -> tuple[int, int, int]:
     """Factor ``size`` into three block counts as ``MPI_Dims_create`` does (as equal as
-    possible), giving the largest count to the longest axis of the domain."""
+    possible), giving the largest count to the longest axis of the domain. The axis along which
+    gravity mostly acts comes last: bodies settle along it, so cutting across it would leave
+    the upper blocks empty."""
     factors = []
     n = size
     p = 2
@@ -34,7 +36,12 @@ def default_blocks(size: int, lo, hi, periodic) -> tuple[int, int, int]:
         k = int(np.argmin(dims))
         dims[k] *= f
     dims.sort(reverse=True)
-    length = np.where(np.isfinite(hi - lo), np.asarray(hi, float) - np.asarray(lo, float), 0.0)
+    lo = np.asarray(lo, dtype=float)
+    hi = np.asarray(hi, dtype=float)
+    length = np.where(np.isfinite(hi - lo), hi - lo, 0.0)
+    g = np.abs(np.asarray(gravity, dtype=float))
+    if g.max() > 0:
+        length[int(np.argmax(g))] = -1.0         # the settling axis last
     order = np.argsort(-length, kind="stable")   # longest axis first
     out = [1, 1, 1]
     for d, k in zip(order, dims):

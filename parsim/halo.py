@@ -22,6 +22,8 @@ are O(1) per body (swap-remove in the storage, the hash grid is updated incremen
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from numba import njit
 
@@ -101,6 +103,9 @@ class Halo:
         self.migrated = 0          # bodies this rank sent away at the last rebuild
         self.migrated_total = 0    # ... and over the run
         self.shadows_made = 0
+        #: seconds spent in the per-step shadow refresh: packing, the exchange (sending and
+        #: waiting for the neighbours), unpacking
+        self.timers = {"pack": 0.0, "exchange": 0.0, "unpack": 0.0}
 
     # ---- shadows -----------------------------------------------------------------------------
     def build(self, st: BodyStorage, reach: float) -> None:
@@ -154,15 +159,22 @@ class Halo:
                             st.angular_velocity)
                 continue
             to_down, to_up, from_down, from_up = self.buffers[d]
+            t0 = time.perf_counter()
             _pack_state(send_down, st.position, st.orientation, st.velocity,
                         st.angular_velocity, to_down)
             _pack_state(send_up, st.position, st.orientation, st.velocity,
                         st.angular_velocity, to_up)
+            t1 = time.perf_counter()
             self.net.exchange_fixed(d, dec.down[d], dec.up[d], to_down, to_up, from_down, from_up)
+            t2 = time.perf_counter()
             _unpack_state(from_down, start_down, st.position, st.orientation, st.velocity,
                           st.angular_velocity)
             _unpack_state(from_up, start_up, st.position, st.orientation, st.velocity,
                           st.angular_velocity)
+            tm = self.timers
+            tm["pack"] += t1 - t0
+            tm["exchange"] += t2 - t1
+            tm["unpack"] += time.perf_counter() - t2
 
     # ---- migration ---------------------------------------------------------------------------
     def migrate(self, st: BodyStorage, nl) -> str | None:
@@ -207,3 +219,14 @@ class Halo:
                 hd, hu = net.exchange(d, dec.down[d], dec.up[d], h_down, h_up, HISTORY)
                 nl.import_history(np.concatenate([hd, hu]))
         return net.first_error(error)
+
+
+def warm_up() -> None:
+    """Compile (or load) this module's kernels in this process. Launchers call it before
+    starting several ranks on a cold cache: concurrent compiles of one kernel have crashed numba."""
+    st = BodyStorage(16)
+    slots = np.zeros(1, dtype=np.int64)
+    buf = np.zeros((1, STATE_WIDTH))
+    _pack_state(slots, st.position, st.orientation, st.velocity, st.angular_velocity, buf)
+    _unpack_state(buf, 1, st.position, st.orientation, st.velocity, st.angular_velocity)
+    _copy_state(slots, 1, st.position, st.orientation, st.velocity, st.angular_velocity)

@@ -1,4 +1,4 @@
-"""HDF5 snapshots of a run (one rank): layout version 1, documented in ``docs/output.md``.
+"""HDF5 snapshots of a run: layout version 1, documented in ``docs/output.md``.
 
 ``DIR/snapshots.h5``::
 
@@ -32,12 +32,18 @@ FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity", "angu
 
 
 class SnapshotWriter:
-    """Appends snapshots of a :class:`parsim.Simulation` to ``DIR/snapshots.h5``."""
+    """Appends snapshots of a :class:`parsim.Simulation` to ``DIR/snapshots.h5``.
+
+    On several ranks, construction and :meth:`write` are collective: the bodies are gathered on
+    rank 0, which alone writes (an interim layout for small runs; parallel output is planned)."""
 
     def __init__(self, directory, config_text: str = "", config_path: str = "", sim=None):
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "snapshots.h5"
+        self.file = None
+        if sim is not None and sim.net.rank != 0:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.file = h5py.File(self.path, "w")
         a = self.file.attrs
         a["format"] = FORMAT
@@ -55,18 +61,21 @@ class SnapshotWriter:
         self.file.flush()
 
     def write(self, sim, status: str = "ok") -> None:
+        s = sim.state(gather=True)
+        n_contacts = sim.net.isum(sim.n_contacts)
+        if self.file is None:
+            return
         name = f"{sim.step_count:010d}"
         snaps = self.file["snapshots"]
         if name in snaps:
             del snaps[name]
         g = snaps.create_group(name)
-        s = sim.state()
         for k in FIELDS:
             g.create_dataset(k, data=s[k])
         g.attrs["step"] = sim.step_count
         g.attrs["time"] = sim.time
         g.attrs["n_bodies"] = s["uid"].shape[0]
-        g.attrs["n_contacts"] = sim.n_contacts
+        g.attrs["n_contacts"] = n_contacts
         g.attrs["status"] = status
         self.file.flush()
 

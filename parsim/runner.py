@@ -1,5 +1,8 @@
 """``parsim run CONFIG``: build the simulation from a TOML config, step it, write snapshots.
 
+Runs on any number of ranks (``mpiexec -n N python -m mpi4py -m parsim run CONFIG``); every rank
+reads the config and makes the same calls, and the results do not depend on N.
+
 Progress lines (rank 0) every ``[output] progress_every`` steps: step, simulated time, steps/s,
 bodies, contacts, ETA. On a :class:`parsim.SimulationError` (non-finite state, outflow) the
 current state is written as a snapshot with status "failed" before the error is reported.
@@ -16,33 +19,45 @@ from .output import SnapshotWriter
 from .simulation import SimulationError
 
 
-def _mpi_size() -> int:
-    """Ranks of the job (1 without MPI). Reads the launcher's environment, so a serial run
-    does not initialise MPI."""
-    import os
+def _say(sim, text: str, stream) -> None:
+    if sim is None or sim.net.rank == 0:
+        print(text, file=stream, flush=True)
 
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 1
+
+def timing_table(sim) -> str:
+    """Per-phase seconds over the ranks (min / mean / max; collective)."""
+    phases = dict(sim.timers)
+    for k, v in sim.halo.timers.items():
+        phases[f"  refresh {k}"] = v
+    rows = sim.net.allgather(phases)
+    lines = [f"{'phase':<22s} {'min [s]':>9s} {'mean [s]':>9s} {'max [s]':>9s}"]
+    for k in phases:
+        v = [r[k] for r in rows]
+        lines.append(f"{k:<22s} {min(v):9.2f} {sum(v) / len(v):9.2f} {max(v):9.2f}")
+    return "\n".join(lines)
 
 
 def run_config(config: str, output: str | None = None, steps: int | None = None,
                stream=sys.stdout) -> int:
-    if _mpi_size() > 1:
-        print("parsim run: the engine runs on one rank so far (the domain decomposition is "
-              "issue 4); launch with `mpiexec -n 1` or without mpiexec", file=sys.stderr)
-        return 2
+    from .comm import Net, auto_comm
+
+    net = Net(auto_comm())
+    cfg, err = None, None
     try:
         cfg = load(config, steps)
     except ConfigError as e:
-        print(f"parsim run: {e}", file=sys.stderr)
+        err = f"parsim run: {e}"
+    err = net.first_error(err)
+    if err is not None:
+        if net.rank == 0:
+            print(err, file=sys.stderr, flush=True)
         return 2
     out = Path(output) if output else Path("output") / Path(config).stem
     sim = cfg.sim
     writer = SnapshotWriter(out, cfg.text, cfg.path, sim)
-    print(f"parsim run {config}: {sim.n_bodies} bodies, {cfg.steps} steps of {sim.dt:g} s, "
-          f"output {writer.path}", file=stream, flush=True)
+    n_total = sim.count_bodies()
+    _say(sim, f"parsim run {config}: {n_total} bodies, {cfg.steps} steps of {sim.dt:g} s, "
+         f"{net.size} rank(s) as blocks {list(sim.dec.dims)}, output {writer.path}", stream)
     t0 = time.perf_counter()
     last_t, last_step = t0, 0
     try:
@@ -59,22 +74,23 @@ def run_config(config: str, output: str | None = None, steps: int | None = None,
                 now = time.perf_counter()
                 rate = (s - last_step) / max(now - last_t, 1e-9)
                 eta = (cfg.steps - k - 1) / rate if rate > 0 else float("inf")
-                print(f"step {s:>9d}/{cfg.steps}  t = {sim.time:.5g} s  {rate:9.1f} steps/s  "
-                      f"{sim.n_bodies} bodies  {sim.n_contacts} contacts  ETA {eta:7.1f} s",
-                      file=stream, flush=True)
+                n_total = sim.count_bodies()
+                contacts = net.isum(sim.n_contacts)
+                _say(sim, f"step {s:>9d}/{cfg.steps}  t = {sim.time:.5g} s  {rate:9.1f} steps/s  "
+                     f"{n_total} bodies  {contacts} contacts  ETA {eta:7.1f} s", stream)
                 last_t, last_step = now, s
-    except SimulationError as e:
+    except SimulationError as e:      # raised alike on every rank (the checks are collective)
         writer.write(sim, status="failed")
         writer.close()
-        print(f"parsim run: stopped: {e}\nthe state at the failure is in {writer.path} "
-              f"(step {sim.step_count}, status 'failed')", file=sys.stderr)
+        if net.rank == 0:
+            print(f"parsim run: stopped: {e}\nthe state at the failure is in {writer.path} "
+                  f"(step {sim.step_count}, status 'failed')", file=sys.stderr, flush=True)
         return 1
     writer.close()
-    wall = time.perf_counter() - t0
-    tm = sim.timers
-    split = ", ".join(f"{k} {v:.2f} s" for k, v in tm.items())
-    print(f"done: {cfg.steps} steps in {wall:.1f} s "
-          f"({sim.n_bodies * cfg.steps / max(wall, 1e-9):.3g} particle-steps/s); {split}; "
-          f"{sim.deleted} bodies deleted by outflow; snapshots in {writer.path}",
-          file=stream, flush=True)
+    wall = net.max(time.perf_counter() - t0)
+    deleted = net.isum(sim.deleted)
+    table = timing_table(sim)
+    _say(sim, f"done: {cfg.steps} steps in {wall:.1f} s "
+         f"({n_total * cfg.steps / max(wall, 1e-9):.3g} particle-steps/s on {net.size} rank(s)); "
+         f"{deleted} bodies deleted by outflow; snapshots in {writer.path}\n{table}", stream)
     return 0

@@ -99,7 +99,7 @@ class Simulation:
     blocks : 3 ints or None
         Blocks per axis of the domain decomposition; their product is the number of ranks.
         ``None``: the rank count factored as ``MPI_Dims_create`` does, the largest count on the
-        longest axis.
+        longest axis, the axis of gravity last (:func:`parsim.decomposition.default_blocks`).
     comm : mpi4py communicator, None or "auto"
         ``"auto"`` (default): ``MPI.COMM_WORLD`` when launched on several ranks, else serial (MPI
         is not initialised). ``None``: serial.
@@ -155,7 +155,7 @@ class Simulation:
             if self.net.size > 1 and not np.isfinite(self.hi - self.lo).all():
                 raise ValueError(f"a run on {self.net.size} ranks needs a finite domain to cut "
                                  "into blocks: pass domain=((xlo, ylo, zlo), (xhi, yhi, zhi))")
-            blocks = default_blocks(self.net.size, self.lo, self.hi, self.periodic)
+            blocks = default_blocks(self.net.size, self.lo, self.hi, self.periodic, self.gravity)
         try:
             dims = tuple(int(b) for b in blocks)
         except (TypeError, ValueError):
@@ -288,6 +288,9 @@ class Simulation:
                     fixed: bool = False) -> np.ndarray:
         """Add n spheres (centers float[n, 3], radii float[n]); returns their uids."""
         r = np.atleast_1d(np.asarray(radii, dtype=np.float64))
+        c = np.asarray(centers, dtype=np.float64)
+        if r.shape[0] == 1 and c.ndim == 2:           # one radius for all
+            r = np.repeat(r, c.shape[0])
         params = np.zeros((r.shape[0], 3))
         params[:, 0] = r
         return self._add(SPHERE, params, centers, None, velocities, angular_velocities,
@@ -317,8 +320,12 @@ class Simulation:
                      velocities=None, angular_velocities=None, fixed: bool = False) -> np.ndarray:
         """Add n capsules: a cylinder of ``length`` (along the body x axis) and ``radius`` with
         hemispherical caps; returns their uids."""
+        c = np.asarray(centers, dtype=np.float64)
+        n = c.shape[0] if c.ndim == 2 else 1
         r, ln = np.broadcast_arrays(np.atleast_1d(np.asarray(radii, dtype=np.float64)),
                                     np.atleast_1d(np.asarray(lengths, dtype=np.float64)))
+        if r.shape[0] == 1:                           # one size for all
+            r, ln = np.repeat(r, n), np.repeat(ln, n)
         params = np.zeros((r.shape[0], 3))
         params[:, 0] = r
         params[:, 1] = 0.5 * ln
@@ -402,6 +409,24 @@ class Simulation:
         r = float(np.min(st.bounding_radius[: st.n_owned][finite])) if finite.any() else np.inf
         r = self.net.min(r)
         return 0.2 * r if np.isfinite(r) else 0.0
+
+    def bodies_near(self, lo, hi):
+        """Collective: (uid, position, bounding_radius) of the finite bodies of all ranks whose
+        centre lies in the box [lo, hi], sorted by uid (for placing new bodies)."""
+        st = self.st
+        no = st.n_owned
+        p = st.position[:no]
+        sel = np.flatnonzero(((st.flags[:no] & INFINITE) == 0)
+                             & (p >= np.asarray(lo)).all(axis=1) & (p <= np.asarray(hi)).all(axis=1))
+        parts = self.net.allgather((st.uid[sel], p[sel], st.bounding_radius[sel]))
+        uid = np.concatenate([x[0] for x in parts])
+        order = np.argsort(uid, kind="stable")
+        return (uid[order], np.ascontiguousarray(np.concatenate([x[1] for x in parts])[order]),
+                np.ascontiguousarray(np.concatenate([x[2] for x in parts])[order]))
+
+    def largest_radius(self) -> float:
+        """Collective: the largest bounding radius of a finite body (0 if none)."""
+        return self._largest_radius()
 
     def _largest_radius(self) -> float:
         st = self.st
@@ -554,12 +579,13 @@ class Simulation:
                              st.ref_position, st.ref_orientation)
         t1 = time.perf_counter()
         moved = self.net.max(moved if math.isfinite(moved) else math.inf)
-        tc = time.perf_counter()
         if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
+            tc = time.perf_counter()
             self._check(self.step_count + 1)
             self._rebuild()
         else:
             self._refresh_shadows()
+            tc = time.perf_counter()
         t2 = time.perf_counter()
         self._forces()
         t3 = time.perf_counter()

@@ -108,7 +108,9 @@ start="$(now)"
 if "$PYTHON" - <<'EOF'
 import numpy as np
 import parsim.broadphase as broadphase
-from parsim import demo
+from parsim import demo, halo
+
+halo.warm_up()
 
 rng = np.random.default_rng(0)
 for name in ("HierarchicalHashGrid", "BruteForce"):
