@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run parsim's whole test suite: one serial pytest session, then the MPI-marked tests under
-# `mpiexec -n 2` and `mpiexec -n 4`. Exits non-zero if any session fails, hangs, or runs no test.
+# `mpiexec -n 2`, `-n 4` and `-n 8` (oversubscribed on small machines). Exits non-zero if any session fails, hangs, or runs no test.
 #
 #   PYTHON=.venv/bin/python bash scripts/run_tests.sh     # what README's quick start and .ci/run do
 #
@@ -111,6 +111,16 @@ import parsim.broadphase as broadphase
 from parsim import demo, halo
 
 halo.warm_up()
+from parsim import Simulation   # the engine kernels the MPI tests use (serial builds)
+sim = Simulation(dt=1e-4, domain=((0, 0, 0), (2, 2, 2)), periodic=(True, True, False),
+                 comm=None, skin=0.02)
+sim.add_material("m", density=1000.0, restitution=0.5, collision_time=1e-3, friction=0.3)
+sim.add_spheres([[0.5, 0.5, 0.5], [0.7, 0.5, 0.5]], 0.11, "m", velocities=[[1, 0, 0], [-1, 0, 0]])
+sim.add_boxes([[1.5, 1.5, 0.5]], [[0.1, 0.1, 0.1]], "m")
+sim.add_capsules([[1.5, 0.5, 0.5]], 0.05, 0.2, "m")
+sim.add_plane((0, 0, 0), (0, 0, 1), "m")
+sim.run(20)
+sim.state()
 
 rng = np.random.default_rng(0)
 for name in ("HierarchicalHashGrid", "BruteForce"):
@@ -148,7 +158,7 @@ if [[ -z "$r" ]]; then echo "cannot tell this process'"'"'s MPI rank" >&2; exit 
 exec "$0" -m mpi4py -m pytest tests --only-mpi -x -p no:cacheprovider \
     --basetemp="$1/tmp-rank$r" --junitxml="$1/rank$r.xml" "${@:2}" >"$1/rank$r.log" 2>&1'
 
-for n in 2 4; do
+for n in 2 4 8; do
     name="mpi -n $n"
     banner "$name: $MPIEXEC -n $n python -m mpi4py -m pytest tests --only-mpi -x"
     start="$(now)"
