@@ -163,7 +163,7 @@ def load(path, steps: int | None = None) -> RunConfig:
 
 
 def build(data: dict, src: str = "<config>", text: str = "", steps: int | None = None,
-          base: Path | None = None) -> RunConfig:
+          base: Path | None = None, comm="auto") -> RunConfig:
     top = _Table(data, "", src)
     top.where = "(top level)"
     sim_t = _Table(top.raw("simulation", {}), "[simulation]", src)
@@ -206,7 +206,7 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
 
     try:
         sim = Simulation(dt=dt, gravity=gravity, domain=(lo, hi), periodic=periodic, skin=skin,
-                         outflow=outflow, allow_large_dt=allow, blocks=blocks)
+                         outflow=outflow, allow_large_dt=allow, blocks=blocks, comm=comm)
     except ValueError as e:
         if blocks is not None and "blocks" in str(e):
             raise dom_t.err("blocks", f"= {list(blocks)}: {e}; drop it to let parsim choose") \

@@ -37,11 +37,29 @@ def timing_table(sim) -> str:
     return "\n".join(lines)
 
 
+def _prepare_ranks(net) -> None:
+    """One numba thread per rank (unless NUMBA_NUM_THREADS says otherwise), and kernels compiled
+    by rank 0 alone before the others load them (concurrent cold-cache compiles crash numba)."""
+    import os
+
+    import numba
+
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        numba.set_num_threads(1)
+    if net.rank == 0:
+        from .warmup import compile_kernels
+
+        compile_kernels()
+    net.barrier()
+
+
 def run_config(config: str, output: str | None = None, steps: int | None = None,
                stream=sys.stdout) -> int:
     from .comm import Net, auto_comm
 
     net = Net(auto_comm())
+    if net.size > 1:
+        _prepare_ranks(net)
     cfg, err = None, None
     try:
         cfg = load(config, steps)

@@ -21,6 +21,7 @@ in partner-key order from exact copies, so the state does not depend on the numb
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numba
@@ -103,6 +104,8 @@ class Simulation:
     comm : mpi4py communicator, None or "auto"
         ``"auto"`` (default): ``MPI.COMM_WORLD`` when launched on several ranks, else serial (MPI
         is not initialised). ``None``: serial.
+        On several ranks each rank runs its kernels on one numba thread unless
+        ``NUMBA_NUM_THREADS`` is set.
     check_ownership : bool
         Debug mode: every step, check that the set of owned uids over all ranks is unchanged
         and every uid has exactly one owner (an allgather of all uids: for tests).
@@ -164,6 +167,8 @@ class Simulation:
             raise ValueError(f"blocks = {list(blocks)} must be 3 positive integers whose product "
                              f"is the number of MPI ranks ({self.net.size})")
         self.dec = Decomposition(dims, self.net.rank, self.lo, self.hi, self.periodic)
+        if self.net.size > 1 and "NUMBA_NUM_THREADS" not in os.environ:
+            numba.set_num_threads(1)      # one thread per rank unless asked otherwise
         self.halo = Halo(self.net, self.dec)
         self.check_ownership = bool(check_ownership)
         self._expected_uids = None

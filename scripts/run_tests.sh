@@ -111,16 +111,9 @@ import parsim.broadphase as broadphase
 from parsim import demo, halo
 
 halo.warm_up()
-from parsim import Simulation   # the engine kernels the MPI tests use (serial builds)
-sim = Simulation(dt=1e-4, domain=((0, 0, 0), (2, 2, 2)), periodic=(True, True, False),
-                 comm=None, skin=0.02)
-sim.add_material("m", density=1000.0, restitution=0.5, collision_time=1e-3, friction=0.3)
-sim.add_spheres([[0.5, 0.5, 0.5], [0.7, 0.5, 0.5]], 0.11, "m", velocities=[[1, 0, 0], [-1, 0, 0]])
-sim.add_boxes([[1.5, 1.5, 0.5]], [[0.1, 0.1, 0.1]], "m")
-sim.add_capsules([[1.5, 0.5, 0.5]], 0.05, 0.2, "m")
-sim.add_plane((0, 0, 0), (0, 0, 1), "m")
-sim.run(20)
-sim.state()
+from parsim.warmup import compile_kernels   # the engine kernels the MPI tests use
+
+compile_kernels()
 
 rng = np.random.default_rng(0)
 for name in ("HierarchicalHashGrid", "BruteForce"):

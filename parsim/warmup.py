@@ -1,0 +1,86 @@
+"""Compile (or load from the cache) the kernels of a run in one process.
+
+Several ranks compiling the same numba kernel into a cold cache at once have crashed numba, so a
+parallel run lets rank 0 call :func:`compile_kernels` while the other ranks wait, after which
+every rank only loads compiled code. With a warm cache this takes about a second.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+from . import halo
+from .config import build
+
+_SCENE = """
+[simulation]
+dt = 1e-4
+steps = 30
+gravity = [0.0, 0.0, -9.81]
+skin = 0.02
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [1.0, 1.0, 1.0]
+periodic = [true, true, false]
+walls = true
+
+[[materials]]
+name = "a"
+density = 1000.0
+restitution = 0.5
+collision_time = 1e-3
+friction = 0.3
+rolling_friction = 0.01
+
+[[materials]]
+name = "b"
+density = 2000.0
+restitution = 0.8
+collision_time = 1e-3
+
+[[bodies]]
+kind = "random"
+shape = "sphere"
+material = "a"
+radius = 0.05
+region = [[0.1, 0.1, 0.1], [0.9, 0.9, 0.5]]
+count = 12
+random_velocity = 1.0
+
+[[bodies]]
+kind = "rain"
+shape = "box"
+material = "b"
+half_extents = [0.04, 0.05, 0.03]
+region = [[0.1, 0.1, 0.55], [0.9, 0.9, 0.9]]
+count = 3
+every = 10
+total = 6
+
+[[bodies]]
+kind = "lattice"
+shape = "capsule"
+material = "a"
+radius = 0.03
+length = 0.08
+region = [[0.2, 0.2, 0.6], [0.8, 0.8, 0.85]]
+spacing = 0.2
+"""
+
+
+def compile_kernels() -> None:
+    """Run a tiny serial scene with every shape, two materials, periodic images, walls and
+    a pour, plus the halo kernels."""
+    from .config import pour
+
+    halo.warm_up()
+    cfg = build(tomllib.loads(_SCENE), "<warm-up>", comm=None)
+    sim = cfg.sim
+    for k in range(cfg.steps):
+        for rain in cfg.rains:
+            if rain.remaining and sim.step_count % rain.every == 0 and sim.step_count:
+                pour(sim, rain)
+        sim.step()
+    sim.state()
+    sim.kinetic_energy()
