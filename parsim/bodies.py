@@ -24,6 +24,8 @@ from .broadphase.idmap import IdMap, map_delete, map_set
 FIXED = np.uint8(1)      #: takes part in contacts but never moves
 INFINITE = np.uint8(2)   #: unbounded (planes); not in the hash grid
 SHADOW = np.uint8(4)     #: a copy of a body owned elsewhere (or a periodic image)
+GLOBAL = np.uint8(8)     #: finite but kept by every rank (too large for the blocks)
+REPLICATED = np.uint8(INFINITE | GLOBAL)   #: kept by every rank: planes and global bodies
 
 NO_SHIFT = 13            #: image code of an unshifted copy
 MAX_UID = (2**63 - 1) // 27 - 1

@@ -140,6 +140,19 @@ class Net:
         self.comm.Allgatherv(a, [out, counts, displs, self.MPI.INT64_T])
         return out
 
+    def allgather_records(self, a: np.ndarray, dtype) -> np.ndarray:
+        """Concatenation over ranks (rank order) of record arrays of ``dtype`` (sent as bytes)."""
+        a = np.ascontiguousarray(a, dtype=dtype)
+        if self.size == 1:
+            return a.copy()
+        counts = np.array(self.comm.allgather(a.nbytes), dtype=np.int64)
+        out = np.empty(int(counts.sum()) // dtype.itemsize, dtype=dtype)
+        displs = np.zeros(self.size, dtype=np.int64)
+        np.cumsum(counts[:-1], out=displs[1:])
+        self.comm.Allgatherv([a.view(np.uint8), self.MPI.BYTE],
+                             [out.view(np.uint8), counts, displs, self.MPI.BYTE])
+        return out
+
     def barrier(self) -> None:
         if self.size > 1:
             self.comm.Barrier()

@@ -27,7 +27,7 @@ import time
 import numpy as np
 from numba import njit
 
-from .bodies import FIELDS, INFINITE, SHADOW, BodyStorage
+from .bodies import FIELDS, GLOBAL, NO_SHIFT, REPLICATED, BodyStorage
 from .comm import Net
 from .decomposition import NONE, Decomposition
 
@@ -98,6 +98,8 @@ class Halo:
     def __init__(self, net: Net, dec: Decomposition):
         self.net = net
         self.dec = dec
+        self.global_src = np.empty(0, dtype=np.int64)   # global bodies' images: sources
+        self.global_start = 0                             # ... and their first slot
         self.plan = []             # per axis: (send_down, send_up, start_from_down, start_from_up)
         self.buffers = []          # per axis: (to_down, to_up, from_down, from_up) float64[k, 13]
         self.migrated = 0          # bodies this rank sent away at the last rebuild
@@ -108,6 +110,11 @@ class Halo:
         self.timers = {"pack": 0.0, "exchange": 0.0, "unpack": 0.0}
 
     # ---- shadows -----------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the shadows (they were cleared from the storage)."""
+        self.plan = []
+        self.buffers = []
+        self.global_src = np.empty(0, dtype=np.int64)
     def build(self, st: BodyStorage, reach: float) -> None:
         """Make the shadow copies (requires none present). ``reach`` is the halo beyond a body's
         own bounding radius: largest bounding radius + skin + rounding hair (global)."""
@@ -120,7 +127,7 @@ class Halo:
                 self.buffers.append(None)
                 continue
             n = st.n
-            cand = np.flatnonzero((st.flags[:n] & INFINITE) == 0)
+            cand = np.flatnonzero((st.flags[:n] & REPLICATED) == 0)
             x = st.position[cand, d]
             h = st.bounding_radius[cand] + reach
             send_down = cand[x - dec.block_lo[d] < h] if dec.down[d] != NONE else cand[:0]
@@ -142,11 +149,35 @@ class Halo:
                                  np.empty((send_up.size, STATE_WIDTH)),
                                  np.empty((got_down.size, STATE_WIDTH)),
                                  np.empty((got_up.size, STATE_WIDTH))))
+        self._global_images(st)
         self.shadows_made = st.n_shadow
+
+    def _global_images(self, st: BodyStorage) -> None:
+        """Every periodic image of the global bodies, made locally (every rank has them)."""
+        self.global_src = np.empty(0, dtype=np.int64)
+        self.global_start = st.n
+        per = self.dec.periodic
+        glob = np.flatnonzero(st.flags[: st.n_owned] & GLOBAL)
+        if glob.size == 0 or not per.any():
+            return
+        codes = []
+        for code in range(27):
+            s = (code % 3 - 1, (code // 3) % 3 - 1, code // 9 - 1)
+            if code != NO_SHIFT and all(per[d] or s[d] == 0 for d in range(3)):
+                codes.append(code)
+        src = np.repeat(glob, len(codes))
+        img = np.tile(np.array(codes, dtype=np.int8), glob.size)
+        st.append_shadows(src, img)
+        self.global_src = src
 
     def refresh(self, st: BodyStorage) -> None:
         """Shadows take the current pose and velocities of their originals (three sweeps)."""
         dec = self.dec
+        if self.global_src.size:
+            _copy_state(self.global_src, self.global_start, st.position, st.orientation,
+                        st.velocity, st.angular_velocity)
+        if not self.plan:
+            return
         for d in range(3):
             p = self.plan[d]
             if p is None:
@@ -188,7 +219,7 @@ class Halo:
             if n == 1:
                 continue
             no = st.n_owned
-            finite = (st.flags[:no] & INFINITE) == 0
+            finite = (st.flags[:no] & REPLICATED) == 0
             owner = dec.owner_coords(st.position[:no])[:, d]
             c = dec.coords[d]
             up_to = (c + 1) % n if dec.periodic[d] else c + 1

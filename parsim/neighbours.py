@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .bodies import FIXED, SHADOW
+from .bodies import FIXED, GLOBAL, SHADOW
 from .broadphase import HierarchicalHashGrid
 from .contacts import MAX_POINTS, image_shift, relative_shift
 from .shapes import PLANE, SPHERE, compute_aabbs
@@ -44,6 +44,10 @@ def _filter_pairs(sa, sb, uid, flags, image, shape, lo, hi, box, keep_a, keep_b)
         if (flags[a] & SHADOW) and (flags[b] & SHADOW):
             continue
         if (flags[a] & FIXED) and (flags[b] & FIXED):
+            continue
+        # a global body (any copy) meets a shadow: the shadow's owner computes this contact
+        if ((flags[a] & GLOBAL) and (flags[b] & SHADOW) and not (flags[b] & GLOBAL)) or (
+                (flags[b] & GLOBAL) and (flags[a] & SHADOW) and not (flags[a] & GLOBAL)):
             continue
         sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
         if (lo[a, 0] > hi[b, 0] + sx or lo[b, 0] + sx > hi[a, 0]

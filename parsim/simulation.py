@@ -27,8 +27,9 @@ import time
 import numba
 import numpy as np
 
+from . import global_bodies
 from . import integrator as I
-from .bodies import FIXED, INFINITE, MAX_UID, BodyStorage
+from .bodies import FIXED, GLOBAL, INFINITE, MAX_UID, REPLICATED, BodyStorage
 from .comm import Net, auto_comm
 from .decomposition import Decomposition, default_blocks
 from .halo import Halo
@@ -170,6 +171,11 @@ class Simulation:
         if self.net.size > 1 and "NUMBA_NUM_THREADS" not in os.environ:
             numba.set_num_threads(1)      # one thread per rank unless asked otherwise
         self.halo = Halo(self.net, self.dec)
+        cut = [d for d in range(3) if dims[d] > 1]
+        #: bodies with a larger bounding radius are *global*: kept and integrated by every rank,
+        #: their forces assembled over all ranks (a quarter of the narrowest cut block width)
+        self.global_radius = (min((self.hi[d] - self.lo[d]) / dims[d] for d in cut) / 4.0
+                              if cut else math.inf)
         self.check_ownership = bool(check_ownership)
         self._expected_uids = None
         self.st = BodyStorage()
@@ -186,6 +192,7 @@ class Simulation:
         self._next_uid = 0
         self._ready = False
         self._scratch = None                         # per-thread narrow-phase buffers
+        self._has_global = False                     # any global body (same on every rank)
 
     # ---- materials ---------------------------------------------------------------------------
     def add_material(self, name: str, density: float, **params) -> Material:
@@ -259,6 +266,9 @@ class Simulation:
             flags |= FIXED
         if shape == PLANE:
             flags |= INFINITE
+        rb = bounding_radius(np.full(n, shape), params)
+        if shape != PLANE and self.net.size > 1:
+            flags[rb > self.global_radius] |= GLOBAL
         movable = (flags & FIXED) == 0
         uid = np.arange(self._next_uid, self._next_uid + n, dtype=np.int64)
         self._next_uid += n
@@ -276,12 +286,12 @@ class Simulation:
             uid=uid, shape=np.full(n, shape, np.int8), flags=flags,
             material=np.full(n, mat.index, np.int32), params=params, mass=mass,
             inv_mass=inv_mass, inertia=inertia, inv_inertia=inv_inertia,
-            bounding_radius=bounding_radius(np.full(n, shape), params), position=centers,
+            bounding_radius=rb, position=centers,
             orientation=q, velocity=np.where(movable[:, None], v, 0.0),
             angular_velocity=np.where(movable[:, None], w, 0.0), ref_position=centers,
             ref_orientation=q, wraps=wraps)
         if self.net.size > 1 and shape != PLANE:      # planes are kept by every rank
-            mine = self.dec.owns(centers)
+            mine = self.dec.owns(centers) | ((flags & GLOBAL) != 0)
             values = {k: np.ascontiguousarray(np.broadcast_to(a, (n,) + np.shape(a)[1:])[mine])
                       for k, a in values.items()}
         self.st.append_owned(values)
@@ -364,7 +374,7 @@ class Simulation:
     def count_bodies(self) -> int:
         """Collective: bodies over all ranks (each plane counted once)."""
         st = self.st
-        planes = int(np.count_nonzero(st.flags[: st.n_owned] & INFINITE))
+        planes = int(np.count_nonzero(st.flags[: st.n_owned] & REPLICATED))
         return self.net.isum(st.n_owned - planes) + planes
 
     STATE_FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity",
@@ -384,7 +394,7 @@ class Simulation:
             return {k: getattr(st, k)[:no][order].copy() for k in names}
         keep = np.arange(no)
         if self.net.rank != 0:
-            keep = np.flatnonzero((st.flags[:no] & INFINITE) == 0)
+            keep = np.flatnonzero((st.flags[:no] & REPLICATED) == 0)
         parts = self.net.gather({k: getattr(st, k)[keep] for k in names})
         if parts is None:
             return None
@@ -396,7 +406,11 @@ class Simulation:
         """Translational + rotational kinetic energy of the movable bodies (collective: the
         per-rank sums added in rank order)."""
         st = self.st
-        et, er = I.kinetic_energy(st.n_owned, st.flags, st.mass, st.inertia, st.orientation,
+        flags = st.flags
+        if self.net.rank != 0:            # replicated bodies count on rank 0 only
+            flags = flags.copy()
+            flags[(flags & REPLICATED) != 0] |= FIXED
+        et, er = I.kinetic_energy(st.n_owned, flags, st.mass, st.inertia, st.orientation,
                                   st.velocity, st.angular_velocity)
         return self.net.fsum_ranks(et + er)
 
@@ -421,7 +435,8 @@ class Simulation:
         st = self.st
         no = st.n_owned
         p = st.position[:no]
-        sel = np.flatnonzero(((st.flags[:no] & INFINITE) == 0)
+        rep = (st.flags[:no] & (INFINITE if self.net.rank == 0 else REPLICATED)) != 0
+        sel = np.flatnonzero(~rep
                              & (p >= np.asarray(lo)).all(axis=1) & (p <= np.asarray(hi)).all(axis=1))
         parts = self.net.allgather((st.uid[sel], p[sel], st.bounding_radius[sel]))
         uid = np.concatenate([x[0] for x in parts])
@@ -431,11 +446,14 @@ class Simulation:
 
     def largest_radius(self) -> float:
         """Collective: the largest bounding radius of a finite body (0 if none)."""
-        return self._largest_radius()
+        return self._largest_radius(include_global=True)
 
-    def _largest_radius(self) -> float:
+    def _largest_radius(self, include_global: bool = False) -> float:
+        """Collective; without the global bodies, it sets the halo of the shadow copies."""
         st = self.st
         finite = st.shape[: st.n_owned] != PLANE
+        if not include_global:
+            finite &= (st.flags[: st.n_owned] & GLOBAL) == 0
         r = float(np.max(st.bounding_radius[: st.n_owned][finite])) if finite.any() else 0.0
         return self.net.max(r)
 
@@ -490,7 +508,7 @@ class Simulation:
     # ---- periodic images (the serial shadows) ---------------------------------------------------
     def _clear_shadows(self) -> None:
         self.st.clear_shadows()
-        self.halo.plan = []
+        self.halo.reset()
 
     def _wrap(self) -> None:
         """Move owned bodies back into the box on periodic axes (counted in ``wraps``)."""
@@ -525,8 +543,7 @@ class Simulation:
                     f"{'xyz'[d]} (blocks = {list(self.dec.dims)}) or fewer ranks")
 
     def _refresh_shadows(self) -> None:
-        if self.halo.plan:
-            self.halo.refresh(self.st)
+        self.halo.refresh(self.st)
 
     def _rebuild(self) -> None:
         self._clear_shadows()
@@ -551,6 +568,7 @@ class Simulation:
         reach = rmax + skin + 1e-9 * (1.0 + float(np.abs(self.box).max()))
         self.halo.build(st, reach)
         self.nl.rebuild(st, self.box)
+        self._has_global = bool((st.flags[: st.n_owned] & GLOBAL).any())
 
     # ---- the step ----------------------------------------------------------------------------
     def _forces(self, update: bool = True) -> None:
@@ -569,8 +587,11 @@ class Simulation:
                 st.angular_velocity, st.image, self.table, self.box, self.dt,
                 st.bounding_radius, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, update,
                 *self._scratch)
-        pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry_pair, nl.entry_side, nl.pf, nl.pta, nl.ptb,
-                   st.flags, st.mass, self.gravity, st.force, st.torque)
+        pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry_pair, nl.entry_side, nl.pf,
+                                     nl.pta, nl.ptb, st.flags, st.mass, self.gravity, st.force,
+                                     st.torque)
+        if self._has_global:
+            global_bodies.assemble(st, nl, self.net, self.gravity)
 
     def step(self) -> None:
         """Advance one time step."""
@@ -621,7 +642,7 @@ class Simulation:
     def _ownership_error(self, step: int) -> str | None:
         st = self.st
         no = st.n_owned
-        uids = st.uid[:no][(st.flags[:no] & INFINITE) == 0]
+        uids = st.uid[:no][(st.flags[:no] & REPLICATED) == 0]
         everyone = np.sort(self.net.allgather_int64(uids))
         if self._expected_uids is None:
             self._expected_uids = everyone

@@ -17,10 +17,12 @@ FIELDS = ("uid", "position", "orientation", "velocity", "angular_velocity", "wra
 L = 4.0
 
 
-def mixed_scene(comm, blocks, periodic: bool, check_ownership: bool = False,
+def mixed_scene(comm, blocks, periodic: bool, scene: str = "mixed", check_ownership: bool = False,
                 n_side: int = 7, speed: float = 4.0) -> Simulation:
     """A dense, colliding mix of spheres, boxes and capsules in [0, L]^3: all-periodic without
-    gravity, or walled (6 planes) with gravity."""
+    gravity, or walled (6 planes) with gravity. ``scene="big"``: :func:`big_bodies_scene`."""
+    if scene == "big":
+        return big_bodies_scene(comm, blocks, periodic)
     per = (True, True, True) if periodic else (False, False, False)
     sim = Simulation(dt=1e-4, gravity=(0, 0, 0) if periodic else (0, 0, -9.81),
                      domain=((0, 0, 0), (L, L, L)), periodic=per, skin=0.05, comm=comm,
@@ -48,6 +50,45 @@ def mixed_scene(comm, blocks, periodic: bool, check_ownership: bool = False,
             n[d] = 1.0
             sim.add_plane(np.zeros(3), n, "grain")
             sim.add_plane(np.full(3, L), -n, "grain")
+    return sim
+
+
+def big_bodies_scene(comm, blocks, periodic: bool) -> Simulation:
+    """Small grains around one big sphere and one big box (the very polydisperse case): on
+    several ranks the two are global bodies (larger than a quarter of a block)."""
+    big = 6.0
+    per = (True, True, True) if periodic else (False, False, False)
+    sim = Simulation(dt=1e-4, gravity=(0, 0, 0) if periodic else (0, 0, -9.81),
+                     domain=((0, 0, 0), (big, big, big)), periodic=per, skin=0.05, comm=comm,
+                     blocks=blocks)
+    sim.add_material("grain", density=1000.0, restitution=0.7, collision_time=2e-3,
+                     friction=0.4)
+    rng = np.random.default_rng(11)
+    g = (np.arange(8) + 0.5) * (big / 8)
+    c = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    # periodic: the sphere straddles the x seam, so grains meet it through its images
+    rock_a = np.array([0.3 if periodic else 1.6, 1.7, 1.5])
+    rock_b = np.array([4.2, 4.4, 4.5])
+    wrapped = c.copy()
+    wrapped[:, 0] = np.where(periodic & (c[:, 0] > big - 1.5), c[:, 0] - big, c[:, 0])
+    keep = ((np.linalg.norm(wrapped - rock_a, axis=1) > 1.1)
+            & (np.linalg.norm(c - rock_b, axis=1) > 1.3))
+    c = c[keep] + rng.uniform(-0.05, 0.05, size=(int(keep.sum()), 3))
+    v = rng.normal(0.0, 4.0, size=c.shape)
+    # the rocks first in one batch and the grains after: uids interleave partners of both kinds
+    sim.add_sphere(rock_a, 0.8, "grain", velocity=(2.0, 1.0, 0.5))
+    sim.add_spheres(c[::2], rng.uniform(0.15, 0.22, size=c[::2].shape[0]), "grain",
+                    velocities=v[::2])
+    sim.add_box(rock_b, (0.6, 0.5, 0.4), orientation=(0.9, 0.1, 0.3, 0.2), material="grain",
+                velocity=(-1.0, -2.0, 0.5), angular_velocity=(1.0, 2.0, 3.0))
+    sim.add_boxes(c[1::2], rng.uniform(0.1, 0.15, size=(c[1::2].shape[0], 3)), "grain",
+                  orientations=rng.normal(size=(c[1::2].shape[0], 4)), velocities=v[1::2])
+    if not periodic:
+        for d in range(3):
+            n = np.zeros(3)
+            n[d] = 1.0
+            sim.add_plane(np.zeros(3), n, "grain")
+            sim.add_plane(np.full(3, big), -n, "grain")
     return sim
 
 
@@ -147,3 +188,15 @@ def test_bodies_are_distributed_and_migrate(comm):
     uids = np.sort(np.concatenate(comm.allgather(sim.state()["uid"])))
     assert (uids == np.arange(total)).all()
     assert comm.allreduce(sim.halo.migrated_total) > 0
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("periodic", [True, False], ids=["periodic", "walled"])
+def test_global_bodies_bitwise(comm, periodic):
+    """A big sphere and a big box among ~500 grains, 400 steps: on several ranks both are global
+    bodies (every rank integrates them, their forces summed over all ranks in partner order);
+    the state equals the serial run's (where they are ordinary bodies) bit for bit."""
+    layouts = [(2, (2, 1, 1)), (3, (3, 1, 1)), (4, (2, 2, 1)), (8, (2, 2, 2))]
+    verdicts = run_layouts(comm, layouts, 400, periodic=periodic, scene="big")
+    failed = [(layout, msg) for layout, msg in verdicts if msg is not None]
+    assert verdicts and not failed, failed
