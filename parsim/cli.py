@@ -3,9 +3,8 @@
 Subcommands:
 
 * ``run CONFIG [--output DIR] [--steps N]`` -- run a TOML configuration (:mod:`parsim.runner`);
+* ``restart CHECKPOINT [--output DIR] [--steps N]`` -- continue from a checkpoint up to step N;
 * ``demo`` -- the slab-decomposed broad-phase demo (:mod:`parsim.demo`).
-
-``restart`` and ``info`` come with the checkpoints (issue 5).
 
 Under MPI, launch through mpi4py so that an exception on one rank aborts the whole job::
 
@@ -51,7 +50,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="output directory (default: output/<config name>)")
     run.add_argument("--steps", type=_non_negative_int, default=None, metavar="N",
                      help="number of steps (default: [simulation] steps of the config)")
+    run.add_argument("--checkpoint-every", type=_non_negative_int, default=None, metavar="K",
+                     help="write a checkpoint every K steps and at the end (default: [output] "
+                     "checkpoint_every of the config; 0: none)")
     run.set_defaults(handler=_run)
+
+    rs = commands.add_parser(
+        "restart", help="continue a run from a checkpoint",
+        description="Continue from CHECKPOINT (any number of ranks) up to step N in total; "
+        "snapshots are appended to DIR/snapshots.h5 (later ones are replaced).")
+    rs.add_argument("checkpoint", metavar="CHECKPOINT", help="DIR/checkpoints/checkpoint_*.h5")
+    rs.add_argument("--output", metavar="DIR", default=None,
+                    help="output directory (default: the run directory of the checkpoint)")
+    rs.add_argument("--steps", type=_non_negative_int, default=None, metavar="N",
+                    help="total step count to reach (default: [simulation] steps of the config)")
+    rs.add_argument("--checkpoint-every", type=_non_negative_int, default=None, metavar="K",
+                    help="as for run")
+    rs.set_defaults(handler=_restart)
 
     demo = commands.add_parser(
         "demo",
@@ -77,7 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     from .runner import run_config
 
-    return run_config(args.config, args.output, args.steps)
+    return run_config(args.config, args.output, args.steps,
+                      checkpoint_every=args.checkpoint_every)
+
+
+def _restart(args: argparse.Namespace) -> int:
+    from .runner import restart
+
+    return restart(args.checkpoint, args.output, args.steps,
+                   checkpoint_every=args.checkpoint_every)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -145,6 +145,8 @@ class RunConfig:
     seed: int
     sim: Simulation
     rains: list
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
 
 
 def load(path, steps: int | None = None) -> RunConfig:
@@ -163,7 +165,10 @@ def load(path, steps: int | None = None) -> RunConfig:
 
 
 def build(data: dict, src: str = "<config>", text: str = "", steps: int | None = None,
-          base: Path | None = None, comm="auto") -> RunConfig:
+          base: Path | None = None, comm="auto", restart: bool = False) -> RunConfig:
+    """Validate ``data`` and build the simulation. ``restart``: everything but the bodies
+    (walls and generators are validated but add nothing: the checkpoint holds the bodies; the
+    rain schedules are made, their state comes from the checkpoint)."""
     top = _Table(data, "", src)
     top.where = "(top level)"
     sim_t = _Table(top.raw("simulation", {}), "[simulation]", src)
@@ -202,6 +207,8 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
 
     every = out_t.number("every", max(n_steps, 1), low=1, integer=True)
     progress = out_t.number("progress_every", max(n_steps // 20, 1), low=1, integer=True)
+    ck_every = out_t.number("checkpoint_every", 0, low=0, integer=True)
+    ck_keep = out_t.number("keep_checkpoints", 2, low=1, integer=True)
     out_t.done()
 
     try:
@@ -227,7 +234,7 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{src}: [[materials]][{i}]: {e}") from None
     first = sim.materials[0].name
-    if box_walls:
+    if box_walls and not restart:
         wall_mat = first
         for d in range(3):
             if not periodic[d]:
@@ -245,7 +252,8 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
         t.done()
         if np.linalg.norm(normal) < 1e-12:
             raise t.err("normal", "must be a non-zero vector")
-        _add(t, "material", lambda: sim.add_plane(point, normal, mat))
+        if not restart:
+            _add(t, "material", lambda: sim.add_plane(point, normal, mat))
     rng_root = np.random.SeedSequence(seed)
     if not isinstance(gens, list):
         raise ConfigError(f"{src}: [[bodies]] must be an array of tables")
@@ -253,17 +261,20 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
     children = rng_root.spawn(max(len(gens), 1))
     for i, g in enumerate(gens):
         t = _Table(g, f"[[bodies]][{i}]", src)
+        if restart and t.raw("kind") != "rain":
+            continue                           # only pours carry state into a restart
         spec = _generator_spec(t, sim, base)
         rng = np.random.default_rng(children[i])
         spec["rng"] = rng
         if spec["kind"] == "rain":
             rains.append(RainSchedule(i, spec["every"], spec["count"], spec["total"], spec))
-            pour(sim, rains[-1], t)
+            if not restart:
+                pour(sim, rains[-1], t)
         else:
             _generate(sim, spec, t)
-    if sim.n_bodies == 0:
+    if sim.n_bodies == 0 and not restart:
         raise ConfigError(f"{src}: the configuration creates no bodies; add a [[bodies]] generator")
-    return RunConfig(src, text, n_steps, every, progress, seed, sim, rains)
+    return RunConfig(src, text, n_steps, every, progress, seed, sim, rains, ck_every, ck_keep)
 
 
 def _add(t: _Table, key: str, fn):

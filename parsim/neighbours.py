@@ -138,10 +138,14 @@ class NeighbourList:
                   self.entry_pair, self.entry_side)
         return sum(a.nbytes for a in arrays) + getattr(self.bp, "nbytes", 0)
 
-    def rebuild(self, st, box: np.ndarray) -> None:
-        """Rebuild the candidate list from the current poses of all stored copies."""
+    def rebuild(self, st, box: np.ndarray, margin: float | None = None,
+                keep_refs: bool = False) -> None:
+        """Rebuild the candidate list from the current poses of all stored copies (AABBs
+        enlarged by ``margin``, default half the skin). ``keep_refs``: leave the reference poses
+        that decide the next rebuild as they are (a restart, whose bodies have moved up to half
+        the skin since those poses, passes ``margin = skin``)."""
         n = st.n
-        margin = 0.5 * self.skin
+        margin = 0.5 * self.skin if margin is None else float(margin)
         lo = np.empty((n, 3))
         hi = np.empty((n, 3))
         compute_aabbs(st.shape, st.params, st.position, st.orientation, n, margin, lo, hi)
@@ -244,8 +248,9 @@ class NeighbourList:
         counts = np.bincount(body, minlength=no)[:no]
         self.ptr = np.zeros(no + 1, dtype=np.int64)
         np.cumsum(counts, out=self.ptr[1:])
-        st.ref_position[:n] = st.position[:n]
-        st.ref_orientation[:n] = st.orientation[:n]
+        if not keep_refs:
+            st.ref_position[:n] = st.position[:n]
+            st.ref_orientation[:n] = st.orientation[:n]
         self.builds += 1
 
     def export_history(self, uids: np.ndarray) -> np.ndarray:
@@ -293,6 +298,11 @@ class NeighbourList:
         order = np.lexsort((hr, hv, hu))
         self.h_u, self.h_v, self.h_r = hu[order], hv[order], hr[order]
         self.h_hist, self.h_nh = hh[order], hn[order]
+
+    def export_touching(self) -> np.ndarray:
+        """The springs of every touching contact (records of :data:`HISTORY`), for checkpoints."""
+        uids = np.union1d(self.h_u, self.h_v)
+        return self.export_history(uids)
 
     def n_touching(self) -> int:
         return int(np.count_nonzero(self.touching))

@@ -37,13 +37,27 @@ class SnapshotWriter:
     On several ranks, construction and :meth:`write` are collective: the bodies are gathered on
     rank 0, which alone writes (an interim layout for small runs; parallel output is planned)."""
 
-    def __init__(self, directory, config_text: str = "", config_path: str = "", sim=None):
+    def __init__(self, directory, config_text: str = "", config_path: str = "", sim=None,
+                 append_after: int | None = None):
         self.dir = Path(directory)
         self.path = self.dir / "snapshots.h5"
         self.file = None
         if sim is not None and sim.net.rank != 0:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
+        if append_after is not None and self.path.exists():
+            # a restart into the run's directory: keep the snapshots up to the checkpoint
+            self.file = h5py.File(self.path, "a")
+            if self.file.attrs.get("format") != FORMAT or "snapshots" not in self.file:
+                self.file.close()
+                raise ValueError(f"{self.path}: exists but is not a parsim snapshot file; "
+                                 "choose another --output directory")
+            snaps = self.file["snapshots"]
+            for name in list(snaps.keys()):
+                if int(name) > append_after:
+                    del snaps[name]
+            self.file.flush()
+            return
         self.file = h5py.File(self.path, "w")
         a = self.file.attrs
         a["format"] = FORMAT

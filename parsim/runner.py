@@ -6,6 +6,12 @@ reads the config and makes the same calls, and the results do not depend on N.
 Progress lines (rank 0) every ``[output] progress_every`` steps: step, simulated time, steps/s,
 bodies, contacts, ETA. On a :class:`parsim.SimulationError` (non-finite state, outflow) the
 current state is written as a snapshot with status "failed" before the error is reported.
+
+``parsim restart CHECKPOINT`` continues a run from a checkpoint (:mod:`parsim.checkpoint`);
+checkpoints are written every ``[output] checkpoint_every`` steps (or ``--checkpoint-every``),
+the newest ``keep_checkpoints`` kept. SIGTERM or SIGUSR1 make all ranks finish the step, write a
+snapshot and a checkpoint and stop; ``DIR/status`` then says ``interrupted <step>`` (``done``
+after a complete run, ``failed <step>`` after an error).
 """
 
 from __future__ import annotations
@@ -53,62 +59,184 @@ def _prepare_ranks(net) -> None:
     net.barrier()
 
 
-def run_config(config: str, output: str | None = None, steps: int | None = None,
-               stream=sys.stdout) -> int:
-    from .comm import Net, auto_comm
+class _Signals:
+    """SIGTERM / SIGUSR1 (SLURM's warning before the wall time with ``--signal``) set a flag;
+    the ranks agree on it after every step (one reduction) and stop cleanly together."""
 
-    net = Net(auto_comm())
-    if net.size > 1:
-        _prepare_ranks(net)
-    cfg, err = None, None
-    try:
-        cfg = load(config, steps)
-    except ConfigError as e:
-        err = f"parsim run: {e}"
-    err = net.first_error(err)
-    if err is not None:
-        if net.rank == 0:
-            print(err, file=sys.stderr, flush=True)
-        return 2
-    out = Path(output) if output else Path("output") / Path(config).stem
+    def __init__(self):
+        import signal
+
+        self.caught = 0
+        self._old = {}
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            try:
+                self._old[sig] = signal.signal(sig, self._handler)
+            except (ValueError, OSError):        # not the main thread
+                pass
+
+    def _handler(self, signum, frame):
+        self.caught = int(signum)
+
+    def restore(self):
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _write_status(out: Path, net, text: str) -> None:
+    """DIR/status: "done", "interrupted <step>" or "failed <step>", for job scripts (the exit
+    code of an MPI job is not reliable: ``-m mpi4py`` turns errors into aborts)."""
+    if net.rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / "status.tmp"
+        tmp.write_text(text + "\n")
+        tmp.replace(out / "status")
+
+
+def _checkpoint(sim, cfg, out: Path, keep: int):
+    from . import checkpoint
+
+    path = out / "checkpoints" / f"checkpoint_{sim.step_count:010d}.h5"
+    checkpoint.write(sim, path, cfg.text, cfg.path, cfg.rains)
+    if sim.net.rank == 0:
+        checkpoint.prune(out, keep)
+    return path
+
+
+def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: int) -> int:
+    """Step ``cfg.sim`` to step ``target`` with snapshots, checkpoints, progress and signals."""
     sim = cfg.sim
-    writer = SnapshotWriter(out, cfg.text, cfg.path, sim)
-    n_total = sim.count_bodies()
-    _say(sim, f"parsim run {config}: {n_total} bodies, {cfg.steps} steps of {sim.dt:g} s, "
-         f"{net.size} rank(s) as blocks {list(sim.dec.dims)}, output {writer.path}", stream)
+    signals = _Signals()
     t0 = time.perf_counter()
-    last_t, last_step = t0, 0
+    last_t, last_step = t0, sim.step_count
+    first = sim.step_count
+    keep = cfg.keep_checkpoints
+    n_total = sim.count_bodies()
     try:
-        writer.write(sim)
-        for k in range(cfg.steps):
+        while sim.step_count < target:
             for rain in cfg.rains:
                 if rain.remaining and sim.step_count % rain.every == 0 and sim.step_count:
                     pour(sim, rain)
             sim.step()
             s = sim.step_count
-            if s % cfg.output_every == 0 or k == cfg.steps - 1:
+            stop = net.max(signals.caught)
+            if s % cfg.output_every == 0 or s == target or stop:
                 writer.write(sim)
-            if s % cfg.progress_every == 0 or k == cfg.steps - 1:
+            if checkpoint_every and (s % checkpoint_every == 0 or s == target) or stop:
+                path = _checkpoint(sim, cfg, out, keep)
+                if stop:
+                    _say(sim, f"signal {int(stop)}: stopped after step {s}; checkpoint {path}",
+                         stream)
+                    _write_status(out, net, f"interrupted {s}")
+                    return 0
+            if s % cfg.progress_every == 0 or s == target:
                 now = time.perf_counter()
                 rate = (s - last_step) / max(now - last_t, 1e-9)
-                eta = (cfg.steps - k - 1) / rate if rate > 0 else float("inf")
+                eta = (target - s) / rate if rate > 0 else float("inf")
                 n_total = sim.count_bodies()
                 contacts = net.isum(sim.n_contacts)
-                _say(sim, f"step {s:>9d}/{cfg.steps}  t = {sim.time:.5g} s  {rate:9.1f} steps/s  "
+                _say(sim, f"step {s:>9d}/{target}  t = {sim.time:.5g} s  {rate:9.1f} steps/s  "
                      f"{n_total} bodies  {contacts} contacts  ETA {eta:7.1f} s", stream)
                 last_t, last_step = now, s
     except SimulationError as e:      # raised alike on every rank (the checks are collective)
         writer.write(sim, status="failed")
         writer.close()
+        _write_status(out, net, f"failed {sim.step_count}")
         if net.rank == 0:
-            print(f"parsim run: stopped: {e}\nthe state at the failure is in {writer.path} "
+            print(f"parsim: stopped: {e}\nthe state at the failure is in {writer.path} "
                   f"(step {sim.step_count}, status 'failed')", file=sys.stderr, flush=True)
         return 1
+    finally:
+        signals.restore()
+    if sim.step_count == first:       # nothing to do: still end with a snapshot
+        writer.write(sim)
     writer.close()
     wall = net.max(time.perf_counter() - t0)
     deleted = net.isum(sim.deleted)
     table = timing_table(sim)
-    _say(sim, f"done: {cfg.steps} steps in {wall:.1f} s "
-         f"({n_total * cfg.steps / max(wall, 1e-9):.3g} particle-steps/s on {net.size} rank(s)); "
+    _write_status(out, net, "done")
+    steps = sim.step_count - first
+    _say(sim, f"done: {steps} steps in {wall:.1f} s "
+         f"({n_total * steps / max(wall, 1e-9):.3g} particle-steps/s on {net.size} rank(s)); "
          f"{deleted} bodies deleted by outflow; snapshots in {writer.path}\n{table}", stream)
     return 0
+
+
+def _start(net, load_fn):
+    """(cfg, None) or (None, exit status) after reporting a config error once."""
+    if net.size > 1:
+        _prepare_ranks(net)
+    cfg, err = None, None
+    try:
+        cfg = load_fn()
+    except ConfigError as e:
+        err = f"parsim: {e}"
+    except ValueError as e:            # checkpoint errors
+        err = f"parsim: {e}"
+    err = net.first_error(err)
+    if err is not None:
+        if net.rank == 0:
+            print(err, file=sys.stderr, flush=True)
+        return None, 2
+    return cfg, None
+
+
+def run_config(config: str, output: str | None = None, steps: int | None = None,
+               stream=sys.stdout, checkpoint_every: int | None = None) -> int:
+    """``parsim run``: build the config's bodies and run ``steps`` steps (default: the config's)."""
+    from .comm import Net, auto_comm
+
+    net = Net(auto_comm())
+    cfg, status = _start(net, lambda: load(config, steps))
+    if cfg is None:
+        return status
+    out = Path(output) if output else Path("output") / Path(config).stem
+    sim = cfg.sim
+    writer = SnapshotWriter(out, cfg.text, cfg.path, sim)
+    _say(sim, f"parsim run {config}: {sim.count_bodies()} bodies, {cfg.steps} steps of "
+         f"{sim.dt:g} s, {net.size} rank(s) as blocks {list(sim.dec.dims)}, output {writer.path}",
+         stream)
+    writer.write(sim)
+    every = cfg.checkpoint_every if checkpoint_every is None else checkpoint_every
+    return _drive(net, cfg, out, cfg.steps, writer, stream, every)
+
+
+def restart(checkpoint_path: str, output: str | None = None, steps: int | None = None,
+            stream=sys.stdout, checkpoint_every: int | None = None) -> int:
+    """``parsim restart``: continue from a checkpoint up to step ``steps`` in total (default:
+    the config's step count), on any number of ranks."""
+    import tomllib
+
+    from . import checkpoint
+    from .comm import Net, auto_comm
+    from .config import build
+
+    net = Net(auto_comm())
+
+    def load_fn():
+        data = checkpoint.read(checkpoint_path)
+        try:
+            raw = tomllib.loads(data["config"])
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{checkpoint_path}: the stored config is not valid TOML: {e}") \
+                from None
+        src = f"{checkpoint_path}:/config"
+        cfg = build(raw, src, data["config"], None, Path(data["config_path"] or ".").parent,
+                    restart=True)
+        cfg.path = data["config_path"]
+        checkpoint.restore(cfg.sim, data, cfg.rains)
+        return cfg
+
+    cfg, status = _start(net, load_fn)
+    if cfg is None:
+        return status
+    sim = cfg.sim
+    target = cfg.steps if steps is None else int(steps)
+    out = Path(output) if output else Path(checkpoint_path).resolve().parent.parent
+    writer = SnapshotWriter(out, cfg.text, cfg.path, sim, append_after=sim.step_count)
+    _say(sim, f"parsim restart {checkpoint_path}: step {sim.step_count} -> {target}, "
+         f"{sim.count_bodies()} bodies, {net.size} rank(s) as blocks {list(sim.dec.dims)}, "
+         f"output {writer.path}", stream)
+    every = cfg.checkpoint_every if checkpoint_every is None else checkpoint_every
+    return _drive(net, cfg, out, target, writer, stream, every)

@@ -193,6 +193,8 @@ class Simulation:
         self._ready = False
         self._scratch = None                         # per-thread narrow-phase buffers
         self._has_global = False                     # any global body (same on every rank)
+        self._restored = None                        # springs loaded from a checkpoint
+        self._restart_exact = False                  # next setup continues a checkpoint
 
     # ---- materials ---------------------------------------------------------------------------
     def add_material(self, name: str, density: float, **params) -> Material:
@@ -297,6 +299,7 @@ class Simulation:
         self.st.append_owned(values)
         self._expected_uids = None
         self._ready = False
+        self._restart_exact = False       # a setup after adding bodies evaluates forces anew
         return uid
 
     def add_spheres(self, centers, radii, material, velocities=None, angular_velocities=None,
@@ -499,10 +502,18 @@ class Simulation:
         if self.nl is None:
             self.nl = NeighbourList(self.skin, self._broadphase)
         self.nl.skin = self.skin
-        self._rebuild()
-        # as LAMMPS, setup evaluates forces without advancing the springs (a re-setup after
-        # inserting bodies, or a restart, must not advance them twice in one step)
-        self._forces(update=False)
+        if self._restored is not None:
+            self.nl.import_history(self._restored)
+            self._restored = None
+        if self._restart_exact:
+            # a restart: the checkpoint holds the forces of its last step and the springs
+            self._restart_exact = False
+            self._rebuild(restart=True)
+        else:
+            self._rebuild()
+            # as LAMMPS, setup evaluates forces without advancing the springs (a re-setup after
+            # inserting bodies must not advance them twice in one step)
+            self._forces(update=False)
         self._ready = True
 
     # ---- periodic images (the serial shadows) ---------------------------------------------------
@@ -545,10 +556,14 @@ class Simulation:
     def _refresh_shadows(self) -> None:
         self.halo.refresh(self.st)
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, restart: bool = False) -> None:
+        """Migrate, make the shadows, rebuild the neighbour list. ``restart``: the first build
+        after loading a checkpoint, which must not change the trajectory: no wrapping (that
+        happens at the regular rebuilds), reference poses kept, candidates enlarged by the full
+        skin (bodies moved up to half of it since the reference poses)."""
         self._clear_shadows()
         st = self.st
-        if self.outflow == "delete" and self.walled.any():
+        if self.outflow == "delete" and self.walled.any() and not restart:
             out = np.zeros(st.n_owned, dtype=np.bool_)
             k = I.outside(st.n_owned, st.flags, st.position, self.lo, self.hi, self.walled, out)
             if k:
@@ -557,7 +572,8 @@ class Simulation:
                 st.remove_owned(gone)
             if self.check_ownership and self.net.isum(k):
                 self._expected_uids = None
-        self._wrap()
+        if not restart:
+            self._wrap()
         if self.net.size > 1:
             err = self.halo.migrate(st, self.nl)
             if err is not None:
@@ -565,9 +581,12 @@ class Simulation:
         rmax = self._largest_radius()
         skin = self.nl.skin
         self._check_halo(rmax, skin)
-        reach = rmax + skin + 1e-9 * (1.0 + float(np.abs(self.box).max()))
+        reach = rmax + skin * (2.0 if restart else 1.0) + 1e-9 * (1.0 + float(np.abs(self.box).max()))
         self.halo.build(st, reach)
-        self.nl.rebuild(st, self.box)
+        if restart:
+            self.nl.rebuild(st, self.box, margin=skin, keep_refs=True)
+        else:
+            self.nl.rebuild(st, self.box)
         self._has_global = bool((st.flags[: st.n_owned] & GLOBAL).any())
 
     # ---- the step ----------------------------------------------------------------------------
