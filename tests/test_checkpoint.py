@@ -1,0 +1,275 @@
+"""Checkpoints and restart: bit-identical continuation, atomic writes, signals, clear errors.
+
+Runs in the serial session; the multi-rank cases launch ``mpiexec`` as a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from parsim import checkpoint
+from parsim.io import open_run
+from parsim.runner import restart, run_config
+
+REPO = Path(__file__).resolve().parents[1]
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+STATE = ("uid", "position", "velocity", "orientation", "angular_velocity", "wraps")
+
+CONFIG = """
+[simulation]
+dt = 1e-4
+steps = {steps}
+gravity = [0.0, 0.0, -9.81]
+seed = 3
+skin = 0.02
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [1.2, 0.6, 0.6]
+periodic = [true, false, false]
+walls = true
+
+[output]
+every = 200
+checkpoint_every = {ck}
+keep_checkpoints = {keep}
+progress_every = 50
+
+[[materials]]
+name = "grain"
+density = 2500.0
+restitution = 0.6
+collision_time = 1e-3
+friction = 0.5
+rolling_friction = 0.02
+
+[[bodies]]
+kind = "random"
+shape = "sphere"
+material = "grain"
+radius = 0.03
+scale = {{ distribution = "uniform", min = 0.7, max = 1.0 }}
+region = [[0.05, 0.05, 0.05], [1.15, 0.55, 0.4]]
+count = 250
+velocity = [3.0, 0.0, 0.0]
+random_velocity = 1.5
+
+[[bodies]]
+kind = "rain"
+shape = "box"
+material = "grain"
+half_extents = [0.02, 0.03, 0.025]
+region = [[0.05, 0.05, 0.42], [1.15, 0.55, 0.55]]
+count = 30
+every = 100
+total = 150
+velocity = [0.0, 0.0, -3.0]
+random_velocity = 0.5
+
+[[bodies]]
+kind = "lattice"
+shape = "capsule"
+material = "grain"
+radius = 0.015
+length = 0.04
+region = [[0.1, 0.1, 0.45], [1.1, 0.5, 0.58]]
+spacing = 0.12
+"""
+
+QUIET = open(os.devnull, "w")
+
+
+def write_config(tmp_path, steps=600, ck=150, keep=3) -> Path:
+    p = tmp_path / "job.toml"
+    p.write_text(CONFIG.format(steps=steps, ck=ck, keep=keep))
+    return p
+
+
+def same_state(a: dict, b: dict) -> list[str]:
+    return [k for k in STATE if not np.array_equal(a[k], b[k])]
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """The uninterrupted 600-step run (checkpoints every 150 steps, the last 3 kept)."""
+    d = tmp_path_factory.mktemp("full")
+    cfg = write_config(d)
+    assert run_config(str(cfg), str(d / "out"), stream=QUIET) == 0
+    return d / "out"
+
+
+def test_checkpoints_are_written_and_pruned(full_run):
+    files = checkpoint.checkpoints_in(full_run)
+    assert [p.name for p in files] == [f"checkpoint_{s:010d}.h5" for s in (300, 450, 600)]
+    assert (full_run / "status").read_text().strip() == "done"
+    data = checkpoint.read(files[0])
+    assert data["step"] == 300 and data["ranks"] == 1 and data["blocks"] == (1, 1, 1)
+    assert (np.diff(data["bodies"]["uid"]) > 0).all()
+    assert data["history"].size > 0                  # touching contacts carry springs
+    assert "[[bodies]]" in data["config"]
+    assert list(data["rains"]) == [1]
+
+
+@pytest.mark.parametrize("step", [300, 450])
+def test_restart_is_bit_identical(full_run, tmp_path, step):
+    """From step 300 (a pour happens right after) and 450 (none): the snapshots at 400 and 600
+    equal the uninterrupted run's bit for bit."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(full_run, run_dir)
+    ck = run_dir / "checkpoints" / f"checkpoint_{step:010d}.h5"
+    assert restart(str(ck), stream=QUIET) == 0
+    a, b = open_run(full_run), open_run(run_dir)
+    assert a.steps == b.steps == [0, 200, 400, 600]
+    for s in (400, 600):
+        if s > step:
+            assert same_state(a.snapshot(s), b.snapshot(s)) == [], s
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
+def test_restart_on_other_rank_counts(full_run, tmp_path):
+    """A serial checkpoint restarted on 2 ranks, and a 2-rank checkpoint restarted serially,
+    end where the uninterrupted serial run ends, bit for bit."""
+    from parsim import warmup
+
+    warmup.compile_kernels()
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               NUMBA_CACHE_DIR=os.path.abspath(os.environ.get("NUMBA_CACHE_DIR",
+                                                              REPO / ".numba_cache")))
+    two = tmp_path / "two"
+    shutil.copytree(full_run, two)
+    r = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "mpi4py", "-m", "parsim",
+                        "restart", str(two / "checkpoints" / "checkpoint_0000000300.h5"),
+                        "--steps", "450", "--checkpoint-every", "150"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = checkpoint.read(two / "checkpoints" / "checkpoint_0000000450.h5")
+    assert data["ranks"] == 2
+    assert restart(str(two / "checkpoints" / "checkpoint_0000000450.h5"), stream=QUIET) == 0
+    a, b = open_run(full_run), open_run(two)
+    assert same_state(a.snapshot(600), b.snapshot(600)) == []
+
+
+def test_failed_write_keeps_the_previous_checkpoint(full_run, tmp_path, monkeypatch):
+    """An error in the middle of writing (standing in for a crash) leaves no file under the
+    final name and the earlier checkpoints readable."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(full_run, run_dir)
+    from parsim.config import build
+    import tomllib
+
+    data = checkpoint.read(run_dir / "checkpoints" / "checkpoint_0000000450.h5")
+    cfg = build(tomllib.loads(data["config"]), "x", data["config"], restart=True, comm=None)
+    checkpoint.restore(cfg.sim, data, cfg.rains)
+    real = h5py.Group.create_dataset
+
+    def failing(self, name, *a, **k):
+        if name == "velocity":
+            raise OSError("disk full (simulated)")
+        return real(self, name, *a, **k)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", failing)
+    target = run_dir / "checkpoints" / "checkpoint_0000000999.h5"
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.write(cfg.sim, target, data["config"])
+    monkeypatch.undo()
+    assert not target.exists()
+    assert not target.with_name(target.name + ".tmp").exists()
+    for p in checkpoint.checkpoints_in(run_dir):
+        checkpoint.read(p)
+
+
+def _spawn_run(cfg, out, steps):
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               NUMBA_CACHE_DIR=os.path.abspath(os.environ.get("NUMBA_CACHE_DIR",
+                                                              REPO / ".numba_cache")))
+    return subprocess.Popen([sys.executable, "-m", "parsim", "run", str(cfg), "--output",
+                             str(out), "--steps", str(steps)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(pred, timeout=240):
+    t0 = time.time()
+    while not pred():
+        if time.time() - t0 > timeout:
+            raise TimeoutError
+        time.sleep(0.05)
+
+
+def test_kill_9_during_checkpoints_leaves_complete_files(tmp_path):
+    """A run writing a checkpoint every step is killed with SIGKILL: every checkpoint file
+    under its final name is complete, and the newest restarts."""
+    cfg = write_config(tmp_path, steps=100000, ck=1, keep=4)
+    out = tmp_path / "out"
+    proc = _spawn_run(cfg, out, 100000)
+    try:
+        _wait_for(lambda: len(checkpoint.checkpoints_in(out)) >= 3 or proc.poll() is not None)
+        time.sleep(0.3)
+    finally:
+        proc.kill()
+        proc.wait()
+    files = checkpoint.checkpoints_in(out)
+    assert len(files) >= 3, proc.stderr.read()
+    for p in files:
+        checkpoint.read(p)
+    newest = files[-1]
+    step = checkpoint.read(newest)["step"]
+    assert restart(str(newest), steps=step + 20, checkpoint_every=0, stream=QUIET) == 0
+
+
+def test_sigterm_stops_with_a_checkpoint_and_restarts_exactly(full_run, tmp_path):
+    """SIGTERM during a run: it finishes the step, writes a checkpoint and DIR/status
+    "interrupted <step>", exits 0; the restart reaches step 600 with the uninterrupted bits."""
+    cfg = write_config(tmp_path, ck=0)
+    out = tmp_path / "out"
+    proc = _spawn_run(cfg, out, 600)
+    for line in proc.stdout:             # the first progress line: step 50 is done
+        if line.startswith("step"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr
+    status = (out / "status").read_text().split()
+    if status[0] == "done":            # the run was faster than the signal: nothing to test
+        pytest.fail("the run ended before SIGTERM arrived; make it longer")
+    assert status[0] == "interrupted", status
+    step = int(status[1])
+    files = checkpoint.checkpoints_in(out)
+    assert files and checkpoint.read(files[-1])["step"] == step
+    assert restart(str(files[-1]), stream=QUIET) == 0
+    assert (out / "status").read_text().strip() == "done"
+    assert same_state(open_run(full_run).snapshot(600), open_run(out).snapshot(600)) == []
+
+
+def test_bad_checkpoint_files_get_clear_errors(full_run, tmp_path, capsys):
+    good = checkpoint.checkpoints_in(full_run)[-1]
+    truncated = tmp_path / "truncated.h5"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(checkpoint.CheckpointError, match="truncated.h5: not a readable HDF5"):
+        checkpoint.read(truncated)
+    with pytest.raises(checkpoint.CheckpointError, match="not a parsim checkpoint"):
+        checkpoint.read(full_run / "snapshots.h5")
+    text = tmp_path / "notes.h5"
+    text.write_text("hello")
+    with pytest.raises(checkpoint.CheckpointError, match="not a readable HDF5"):
+        checkpoint.read(text)
+    with pytest.raises(checkpoint.CheckpointError, match="no such checkpoint"):
+        checkpoint.read(tmp_path / "missing.h5")
+    newer = tmp_path / "newer.h5"
+    shutil.copy(good, newer)
+    with h5py.File(newer, "a") as f:
+        f.attrs["format_version"] = 99
+    with pytest.raises(checkpoint.CheckpointError, match="format version 99"):
+        checkpoint.read(newer)
+    # the command line reports it in one line, exit status 2
+    assert restart(str(truncated), stream=QUIET) == 2
+    assert "truncated.h5" in capsys.readouterr().err
