@@ -4,6 +4,7 @@ Subcommands:
 
 * ``run CONFIG [--output DIR] [--steps N]`` -- run a TOML configuration (:mod:`parsim.runner`);
 * ``restart CHECKPOINT [--output DIR] [--steps N]`` -- continue from a checkpoint up to step N;
+* ``info FILE`` -- what a snapshot file, checkpoint or run directory holds;
 * ``demo`` -- the slab-decomposed broad-phase demo (:mod:`parsim.demo`).
 
 Under MPI, launch through mpi4py so that an exception on one rank aborts the whole job::
@@ -68,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="as for run")
     rs.set_defaults(handler=_restart)
 
+    info = commands.add_parser(
+        "info", help="what a parsim file or run directory holds",
+        description="Print the format version, steps, bodies, timings and config of a "
+        "snapshot file, a checkpoint or a run directory.")
+    info.add_argument("file", metavar="FILE")
+    info.set_defaults(handler=_info)
+
     demo = commands.add_parser(
         "demo",
         help="broad-phase demo: random-walking bodies on slab-decomposed ranks",
@@ -101,6 +109,19 @@ def _restart(args: argparse.Namespace) -> int:
 
     return restart(args.checkpoint, args.output, args.steps,
                    checkpoint_every=args.checkpoint_every)
+
+
+def _info(args: argparse.Namespace) -> int:
+    import sys
+
+    from .io import describe
+
+    try:
+        print(describe(args.file))
+    except ValueError as e:            # OutputError, CheckpointError
+        print(f"parsim info: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

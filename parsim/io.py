@@ -45,6 +45,21 @@ class Run:
         return sorted(int(k) for k in self._f["snapshots"].keys())
 
     @property
+    def checkpoints(self) -> list[Path]:
+        """Checkpoint files of the run directory, oldest first."""
+        from .checkpoint import checkpoints_in
+
+        return checkpoints_in(self.dir) if self.dir.is_dir() else []
+
+    @property
+    def timings(self) -> dict:
+        """Per-phase seconds (min / mean / max over ranks) stored at the end of the run."""
+        g = self._f.get("timings")
+        if g is None:
+            return {}
+        return {k: dict(zip(("min", "mean", "max"), g[k][()].tolist())) for k in g}
+
+    @property
     def config(self) -> str:
         return self._f["config"].asstr()[()]
 
@@ -79,3 +94,65 @@ class Run:
 
 def open_run(directory) -> Run:
     return Run(directory)
+
+
+def describe(path) -> str:
+    """What a parsim file (snapshots, checkpoint) or run directory holds, as text
+    (``parsim info``). Raises :class:`OutputError` / ``CheckpointError`` with the reason."""
+    import h5py
+
+    from . import checkpoint
+
+    p = Path(path)
+    if p.is_dir():
+        lines = [describe(p / "snapshots.h5")] if (p / "snapshots.h5").exists() else []
+        cks = checkpoint.checkpoints_in(p)
+        lines.append(f"checkpoints: {len(cks)}" + "".join(f"\n  {c.name}" for c in cks))
+        if (p / "status").exists():
+            lines.append(f"status: {(p / 'status').read_text().strip()}")
+        return "\n".join(lines)
+    if not p.exists():
+        raise OutputError(f"{p}: no such file or directory")
+    try:
+        with h5py.File(p, "r") as f:
+            fmt = f.attrs.get("format")
+    except OSError as e:
+        raise OutputError(f"{p}: not a readable HDF5 file ({e})") from None
+    if fmt == checkpoint.FORMAT:
+        d = checkpoint.read(p)
+        b = d["bodies"]
+        shapes = np.bincount(b["shape"].astype(np.int64), minlength=4)
+        return "\n".join([
+            f"{p}: parsim checkpoint, format version {checkpoint.FORMAT_VERSION}",
+            f"step {int(d['step'])}, time {float(d['time']):.6g} s, written on {int(d['ranks'])} "
+            f"rank(s) as blocks {list(d['blocks'])}",
+            f"bodies: {b.size} (spheres {shapes[0]}, boxes {shapes[1]}, capsules {shapes[2]}, "
+            f"planes {shapes[3]}); touching contacts with springs: {d['history'].size}",
+            f"materials: {', '.join(d['material_names'])}",
+            f"config ({d['config_path'] or 'scripted'}):\n" + _indent(d["config"])])
+    with Run(p) as run:
+        steps = run.steps
+        lines = [f"{p}: parsim snapshots, format version "
+                 f"{int(run._f.attrs['format_version'])}, parsim {run._f.attrs.get('parsim_version')}",
+                 f"snapshots: {len(steps)} at steps {_steps_text(steps)}"]
+        if steps:
+            g = run._f["snapshots"][f"{steps[-1]:010d}"]
+            lines.append(f"last: step {steps[-1]}, time {float(g.attrs['time']):.6g} s, "
+                         f"{int(g.attrs['n_bodies'])} bodies, {int(g.attrs['n_contacts'])} "
+                         f"contacts, status {g.attrs['status']}")
+        t = run.timings
+        if t:
+            lines.append("timings [s] (min / mean / max over ranks): " + "; ".join(
+                f"{k} {v['min']:.2f}/{v['mean']:.2f}/{v['max']:.2f}" for k, v in t.items()))
+        lines.append("config:\n" + _indent(run.config))
+    return "\n".join(lines)
+
+
+def _steps_text(steps) -> str:
+    if len(steps) <= 8:
+        return ", ".join(map(str, steps))
+    return ", ".join(map(str, steps[:4])) + ", ..., " + ", ".join(map(str, steps[-3:]))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.strip().splitlines())

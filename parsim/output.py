@@ -18,6 +18,7 @@ after every snapshot, so a run that stops keeps everything written before.
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 
 import h5py
@@ -42,6 +43,7 @@ class SnapshotWriter:
         self.dir = Path(directory)
         self.path = self.dir / "snapshots.h5"
         self.file = None
+        self.seconds = 0.0           # spent writing (and gathering) snapshots
         if sim is not None and sim.net.rank != 0:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -75,6 +77,13 @@ class SnapshotWriter:
         self.file.flush()
 
     def write(self, sim, status: str = "ok") -> None:
+        t0 = time.perf_counter()
+        try:
+            self._write(sim, status)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _write(self, sim, status: str) -> None:
         s = sim.state(gather=True)
         n_contacts = sim.net.isum(sim.n_contacts)
         if self.file is None:
@@ -91,6 +100,17 @@ class SnapshotWriter:
         g.attrs["n_bodies"] = s["uid"].shape[0]
         g.attrs["n_contacts"] = n_contacts
         g.attrs["status"] = status
+        self.file.flush()
+
+    def write_timings(self, table: dict) -> None:
+        """Per-phase (min, mean, max) seconds over the ranks, as waLBerla's timing tree."""
+        if self.file is None:
+            return
+        if "timings" in self.file:
+            del self.file["timings"]
+        g = self.file.create_group("timings")
+        for k, v in table.items():
+            g.create_dataset(k, data=np.array(v, dtype=np.float64))
         self.file.flush()
 
     def close(self) -> None:

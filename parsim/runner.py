@@ -30,16 +30,21 @@ def _say(sim, text: str, stream) -> None:
         print(text, file=stream, flush=True)
 
 
-def timing_table(sim) -> str:
-    """Per-phase seconds over the ranks (min / mean / max; collective)."""
+def timings(sim, extra: dict | None = None) -> dict:
+    """Per-phase seconds over the ranks: name -> (min, mean, max) (collective)."""
     phases = dict(sim.timers)
     for k, v in sim.halo.timers.items():
-        phases[f"  refresh {k}"] = v
+        phases[f"refresh {k}"] = v
+    phases.update(extra or {})
     rows = sim.net.allgather(phases)
+    return {k: (min(r[k] for r in rows), sum(r[k] for r in rows) / len(rows),
+                max(r[k] for r in rows)) for k in phases}
+
+
+def timing_table(table: dict) -> str:
     lines = [f"{'phase':<22s} {'min [s]':>9s} {'mean [s]':>9s} {'max [s]':>9s}"]
-    for k in phases:
-        v = [r[k] for r in rows]
-        lines.append(f"{k:<22s} {min(v):9.2f} {sum(v) / len(v):9.2f} {max(v):9.2f}")
+    for k, (lo, mean, hi) in table.items():
+        lines.append(f"{k:<22s} {lo:9.2f} {mean:9.2f} {hi:9.2f}")
     return "\n".join(lines)
 
 
@@ -151,10 +156,12 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
         signals.restore()
     if sim.step_count == first:       # nothing to do: still end with a snapshot
         writer.write(sim)
-    writer.close()
     wall = net.max(time.perf_counter() - t0)
     deleted = net.isum(sim.deleted)
-    table = timing_table(sim)
+    tab = timings(sim, {"output": writer.seconds})
+    writer.write_timings(tab)
+    writer.close()
+    table = timing_table(tab)
     _write_status(out, net, "done")
     steps = sim.step_count - first
     _say(sim, f"done: {steps} steps in {wall:.1f} s "

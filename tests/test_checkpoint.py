@@ -273,3 +273,26 @@ def test_bad_checkpoint_files_get_clear_errors(full_run, tmp_path, capsys):
     # the command line reports it in one line, exit status 2
     assert restart(str(truncated), stream=QUIET) == 2
     assert "truncated.h5" in capsys.readouterr().err
+
+
+def test_reader_and_info(full_run, capsys):
+    """`open_run(DIR).checkpoints`, the stored per-phase timings, and `parsim info` on a run
+    directory, a snapshot file, a checkpoint and a file that is none of them."""
+    from parsim.cli import main
+
+    run = open_run(full_run)
+    assert [p.name for p in run.checkpoints] == [f"checkpoint_{s:010d}.h5" for s in (300, 450, 600)]
+    t = run.timings
+    assert {"contacts", "neighbours", "integration", "output"} <= set(t)
+    assert all(v["min"] <= v["mean"] <= v["max"] for v in t.values())
+    assert t["contacts"]["max"] > 0
+    snap = run.snapshot(-1)
+    assert snap["step"] == 600 and (np.diff(snap["uid"]) > 0).all()
+    assert main(["info", str(full_run)]) == 0
+    out = capsys.readouterr().out
+    assert "snapshots: 4 at steps 0, 200, 400, 600" in out and "status: done" in out
+    assert main(["info", str(run.checkpoints[0])]) == 0
+    out = capsys.readouterr().out
+    assert "parsim checkpoint, format version 1" in out and "step 300" in out
+    assert main(["info", str(full_run / "status")]) == 2
+    assert "not a readable HDF5 file" in capsys.readouterr().err
