@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .output import FIELDS, FORMAT, FORMAT_VERSION
+from .output import FILE_FIELDS, FORMAT, FORMAT_VERSION
 
 
 class OutputError(ValueError):
@@ -73,14 +73,40 @@ class Run:
             raise OutputError(f"{self.path}: no snapshot at step {step} (steps: {steps[:5]}"
                               f"{' ...' if len(steps) > 5 else ''})")
         g = self._f["snapshots"][f"{step:010d}"]
-        out = {k: g[k][()] for k in FIELDS if k in g}
+        self._check_sources(g)
+        out = {k: g[k][()] for k in FILE_FIELDS if k in g}
+        order = np.argsort(out["uid"], kind="stable")
+        out = {k: v[order] for k, v in out.items()}
         out.update({k: g.attrs[k] for k in ("step", "time", "status")})
         return out
+
+    def _check_sources(self, g) -> None:
+        """Every per-rank file behind the virtual datasets of a snapshot must be there and hold
+        its piece: HDF5 silently returns fill values for a missing source."""
+        for k in FILE_FIELDS:
+            if k not in g or not g[k].is_virtual:
+                continue
+            for src in g[k].virtual_sources():
+                path = self.path.parent / src.file_name
+                if not path.exists():
+                    raise OutputError(f"{self.path}: snapshot {g.name.split('/')[-1]} is "
+                                      f"incomplete: its per-rank file {path} is missing")
+                import h5py
+
+                try:
+                    with h5py.File(path, "r") as f:
+                        ok = src.dset_name in f
+                except OSError as e:
+                    raise OutputError(f"{path}: unreadable per-rank file ({e})") from None
+                if not ok:
+                    raise OutputError(f"{path}: lacks {src.dset_name} (the run stopped while "
+                                      "writing this snapshot?)")
+            break                          # one field checks every source file
 
     def series(self, name: str) -> tuple[np.ndarray, list[np.ndarray]]:
         """(steps, [field at each step]) of one field (bodies sorted by uid in each)."""
         steps = self.steps
-        return np.array(steps), [self._f["snapshots"][f"{s:010d}"][name][()] for s in steps]
+        return np.array(steps), [self.snapshot(s)[name] for s in steps]
 
     def close(self) -> None:
         self._f.close()

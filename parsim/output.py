@@ -1,23 +1,37 @@
-"""HDF5 snapshots of a run: layout version 1, documented in ``docs/output.md``.
+"""HDF5 snapshots of a run, written in parallel, with an XDMF index for ParaView.
 
-``DIR/snapshots.h5``::
+Layout version 2 (``docs/output.md``). ``DIR/snapshots.h5`` is the file readers open::
 
-    /                         attrs: format = "parsim-snapshots", format_version = 1,
+    /                         attrs: format = "parsim-snapshots", format_version = 2,
                                      parsim_version, created, config_path
     /config                   the TOML text of the run's configuration (str dataset)
     /materials                names (str dataset) and the pair table `/materials/table`
-    /snapshots/<step:010d>/   attrs: step, time, n_bodies, n_contacts, status ("ok" | "failed")
+    /timings/<phase>          (min, mean, max) seconds over the ranks, at the end of a run
+    /snapshots/<step:010d>/   attrs: step, time, n_bodies, n_contacts, status ("ok" | "failed"),
+                                     ranks, counts (bodies per rank)
         uid int64[n], shape int8[n], params float64[n,3], position float64[n,3],
         orientation float64[n,4], velocity float64[n,3], angular_velocity float64[n,3],
-        material int32[n], flags uint8[n], wraps int32[n,3]
+        material int32[n], flags uint8[n], wraps int32[n,3], rank int32[n]
+        vertex_index int32[n] (0..n-1: the XDMF Polyvertex connectivity)
 
-Bodies in a snapshot are sorted by uid; planes are included (shape code 3). The file is flushed
-after every snapshot, so a run that stops keeps everything written before.
+On one rank the fields are ordinary datasets, sorted by uid. On several ranks every rank writes
+its own bodies (sorted by uid within the rank) to its own file
+``DIR/ranks/seg<first step>/rank<r>.h5`` (same group layout), and rank 0 writes only the
+metadata and *virtual datasets* that join the rank pieces in rank order: no body goes through
+rank 0. Readers see one dataset per field; :func:`parsim.io.open_run` sorts by uid and checks that
+every source file is present (HDF5 would silently return fill values for a missing one). Files are
+written with the default (earliest) HDF5 format version: virtual datasets written with
+``libver='latest'`` crash ParaView 5.11's reader.
+
+``DIR/snapshots.xmf`` (XDMF 3, rewritten after every snapshot) lists the snapshots as a time
+series of Polyvertex grids with the fields uid, shape, params, velocity, angular_velocity and rank,
+so ParaView opens the run directly.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import time
 from pathlib import Path
 
@@ -27,24 +41,39 @@ import numpy as np
 from . import __version__
 
 FORMAT = "parsim-snapshots"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity", "angular_velocity",
           "material", "flags", "wraps")
+#: fields of a snapshot in the file (the body fields plus the owning rank)
+FILE_FIELDS = FIELDS + ("rank",)
 
 
 class SnapshotWriter:
     """Appends snapshots of a :class:`parsim.Simulation` to ``DIR/snapshots.h5``.
 
-    On several ranks, construction and :meth:`write` are collective: the bodies are gathered on
-    rank 0, which alone writes (an interim layout for small runs; parallel output is planned)."""
+    On several ranks, construction and :meth:`write` are collective (a small ``allgather`` of
+    the per-rank counts); each rank writes its bodies to its own file."""
 
     def __init__(self, directory, config_text: str = "", config_path: str = "", sim=None,
                  append_after: int | None = None):
         self.dir = Path(directory)
         self.path = self.dir / "snapshots.h5"
-        self.file = None
-        self.seconds = 0.0           # spent writing (and gathering) snapshots
-        if sim is not None and sim.net.rank != 0:
+        self.xdmf = self.dir / "snapshots.xmf"
+        self.file = None             # the master file (rank 0)
+        self.part = None             # this rank's file (several ranks)
+        self.seconds = 0.0           # spent writing snapshots
+        self.rank = sim.net.rank if sim is not None else 0
+        self.size = sim.net.size if sim is not None else 1
+        if self.size > 1:
+            seg = 0 if append_after is None else int(append_after)
+            self.part_rel = Path("ranks") / f"seg{seg:010d}" / f"rank{self.rank:05d}.h5"
+            part = self.dir / self.part_rel
+            part.parent.mkdir(parents=True, exist_ok=True)
+            self.part = h5py.File(part, "w")
+            self.part.attrs["format"] = FORMAT + "-part"
+            self.part.attrs["rank"] = self.rank
+            self.part.create_group("snapshots")
+        if self.rank != 0:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         if append_after is not None and self.path.exists():
@@ -59,6 +88,7 @@ class SnapshotWriter:
                 if int(name) > append_after:
                     del snaps[name]
             self.file.flush()
+            self._write_xdmf()
             return
         self.file = h5py.File(self.path, "w")
         a = self.file.attrs
@@ -84,23 +114,76 @@ class SnapshotWriter:
             self.seconds += time.perf_counter() - t0
 
     def _write(self, sim, status: str) -> None:
-        s = sim.state(gather=True)
-        n_contacts = sim.net.isum(sim.n_contacts)
+        name = f"{sim.step_count:010d}"
+        if self.size == 1:
+            s = sim.state()
+            s["rank"] = np.zeros(s["uid"].shape[0], dtype=np.int32)
+            g = self._new_group(self.file, name)
+            for k in FILE_FIELDS:
+                g.create_dataset(k, data=s[k])
+            self._finish(g, sim, status, [s["uid"].shape[0]], sim.n_contacts)
+            return
+        s = sim.state(local=True)
+        s["rank"] = np.full(s["uid"].shape[0], self.rank, dtype=np.int32)
+        g = self._new_group(self.part, name)
+        for k in FILE_FIELDS:
+            g.create_dataset(k, data=s[k])
+        self.part.flush()
+        counts = sim.net.allgather(int(s["uid"].shape[0]))
+        contacts = sim.net.isum(sim.n_contacts)
         if self.file is None:
             return
-        name = f"{sim.step_count:010d}"
-        snaps = self.file["snapshots"]
+        g = self._new_group(self.file, name)
+        total = int(sum(counts))
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        for k in FILE_FIELDS:
+            ds = self.part["snapshots"][name][k]
+            layout = h5py.VirtualLayout(shape=(total,) + ds.shape[1:], dtype=ds.dtype)
+            for r, n in enumerate(counts):
+                if n == 0:
+                    continue
+                src = (self.part_rel.parent / f"rank{r:05d}.h5").as_posix()
+                layout[offsets[r]:offsets[r + 1]] = h5py.VirtualSource(
+                    src, f"snapshots/{name}/{k}", shape=(n,) + ds.shape[1:])
+            g.create_virtual_dataset(k, layout, fillvalue=_fill(ds.dtype))
+        self._finish(g, sim, status, counts, contacts)
+
+    @staticmethod
+    def _new_group(f, name):
+        snaps = f["snapshots"]
         if name in snaps:
             del snaps[name]
-        g = snaps.create_group(name)
-        for k in FIELDS:
-            g.create_dataset(k, data=s[k])
+        return snaps.create_group(name)
+
+    def _finish(self, g, sim, status, counts, contacts) -> None:
+        total = int(sum(counts))
+        g.create_dataset("vertex_index", data=np.arange(total, dtype=np.int32))
         g.attrs["step"] = sim.step_count
         g.attrs["time"] = sim.time
-        g.attrs["n_bodies"] = s["uid"].shape[0]
-        g.attrs["n_contacts"] = n_contacts
+        g.attrs["n_bodies"] = total
+        g.attrs["n_contacts"] = contacts
         g.attrs["status"] = status
+        g.attrs["ranks"] = len(counts)
+        g.attrs["counts"] = np.array(counts, dtype=np.int64)
         self.file.flush()
+        self._write_xdmf()
+
+    def _write_xdmf(self) -> None:
+        snaps = self.file["snapshots"]
+        grids = []
+        for name in sorted(snaps.keys()):
+            g = snaps[name]
+            n = int(g.attrs["n_bodies"])
+            if n == 0:
+                continue
+            grids.append(_xdmf_grid(name, float(g.attrs["time"]), n, {
+                k: (g[k].dtype, g[k].shape[1:]) for k in FILE_FIELDS}))
+        text = ('<?xml version="1.0" ?>\n<Xdmf Version="3.0">\n  <Domain>\n'
+                '    <Grid Name="parsim" GridType="Collection" CollectionType="Temporal">\n'
+                + "".join(grids) + "    </Grid>\n  </Domain>\n</Xdmf>\n")
+        tmp = self.xdmf.with_name(self.xdmf.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.xdmf)
 
     def write_timings(self, table: dict) -> None:
         """Per-phase (min, mean, max) seconds over the ranks, as waLBerla's timing tree."""
@@ -114,5 +197,49 @@ class SnapshotWriter:
         self.file.flush()
 
     def close(self) -> None:
+        if self.part is not None:
+            self.part.close()
+            self.part = None
         if self.file:
             self.file.close()
+
+
+def _fill(dtype):
+    """A fill value no real body has (uids, ranks: -1), so gaps are visible."""
+    if np.issubdtype(dtype, np.signedinteger):
+        return -1
+    if np.issubdtype(dtype, np.floating):
+        return np.nan
+    return 0
+
+
+_XDMF_TYPES = {"i": "Int", "u": "UInt", "f": "Float"}
+
+
+def _xdmf_item(name: str, field: str, dtype, dims: str) -> str:
+    kind = _XDMF_TYPES[np.dtype(dtype).kind]
+    size = np.dtype(dtype).itemsize
+    if size == 1:
+        kind = "Char" if kind == "Int" else "UChar"
+    return (f'          <DataItem Dimensions="{dims}" NumberType="{kind}" Precision="{size}" '
+            f'Format="HDF">snapshots.h5:/snapshots/{name}/{field}</DataItem>\n')
+
+
+def _xdmf_grid(name: str, t: float, n: int, fields: dict) -> str:
+    out = [f'      <Grid Name="step{int(name)}" GridType="Uniform">\n'
+           f'        <Time Value="{t!r}"/>\n'
+           f'        <Topology TopologyType="Polyvertex" NumberOfElements="{n}" '
+           f'NodesPerElement="1">\n'
+           + _xdmf_item(name, "vertex_index", np.int32, f"{n}") +
+           '        </Topology>\n'
+           '        <Geometry GeometryType="XYZ">\n'
+           + _xdmf_item(name, "position", np.float64, f"{n} 3") +
+           '        </Geometry>\n']
+    for k in ("uid", "shape", "params", "velocity", "angular_velocity", "rank", "material"):
+        dtype, trailing = fields[k]
+        kind = "Vector" if trailing == (3,) else "Scalar"
+        dims = f"{n} 3" if trailing == (3,) else f"{n}"
+        out.append(f'        <Attribute Name="{k}" AttributeType="{kind}" Center="Node">\n'
+                   + _xdmf_item(name, k, dtype, dims) + '        </Attribute>\n')
+    out.append("      </Grid>\n")
+    return "".join(out)

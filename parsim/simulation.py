@@ -383,15 +383,21 @@ class Simulation:
     STATE_FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity",
                     "angular_velocity", "mass", "material", "flags", "wraps")
 
-    def state(self, gather: bool = False) -> dict | None:
+    def state(self, gather: bool = False, local: bool = False) -> dict | None:
         """Owned bodies (planes included), sorted by uid: uid, shape, params, position,
         orientation, velocity, angular_velocity, mass, material, flags, wraps (copies).
 
         ``gather=True`` (collective): every body of every rank, sorted by uid, on rank 0 (None on
-        the others); for tests and small runs, not for production output."""
+        the others); for tests and small runs, not for production output. ``local=True``: this
+        rank's share of the whole, the replicated bodies (planes, global bodies) on rank 0 only
+        (what parallel output writes)."""
         st = self.st
         no = st.n_owned
         names = self.STATE_FIELDS
+        if local and self.net.rank != 0:
+            keep = np.flatnonzero((st.flags[:no] & REPLICATED) == 0)
+            order = keep[np.argsort(st.uid[keep], kind="stable")]
+            return {k: getattr(st, k)[order].copy() for k in names}
         if not gather or self.net.size == 1:
             order = np.argsort(st.uid[:no], kind="stable")
             return {k: getattr(st, k)[:no][order].copy() for k in names}

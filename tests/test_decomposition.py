@@ -17,7 +17,7 @@ import pytest
 
 from parsim import Simulation
 from parsim.decomposition import NONE, Decomposition, default_blocks
-from parsim.io import open_run
+from parsim.io import OutputError, open_run
 from parsim.runner import run_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,6 +152,42 @@ def _mpiexec(n, args, cwd, timeout=300):
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def check_xdmf(path: Path, n_steps: int) -> None:
+    """The XDMF index is well-formed and consistent with the HDF5 it points to: every DataItem
+    names an existing dataset (through the virtual datasets) of the stated dimensions, the
+    Polyvertex topology has its connectivity, the geometry is XYZ with (n, 3) points. With
+    ParaView's pvbatch on the machine, also open it the way ParaView does."""
+    import shutil
+    import xml.etree.ElementTree as ET
+
+    import h5py
+
+    root = ET.parse(path).getroot()
+    grids = root.findall("./Domain/Grid/Grid")
+    assert len(grids) == n_steps
+    with h5py.File(path.parent / "snapshots.h5", "r") as f:
+        for g in grids:
+            topo = g.find("Topology")
+            n = int(topo.get("NumberOfElements"))
+            assert topo.get("TopologyType") == "Polyvertex" and topo.find("DataItem") is not None
+            assert g.find("Geometry").get("GeometryType") == "XYZ"
+            for item in g.iter("DataItem"):
+                fname, dset = item.text.strip().split(":")
+                assert fname == "snapshots.h5"
+                data = f[dset][()]
+                assert " ".join(map(str, data.shape)) == item.get("Dimensions")
+                assert data.shape[0] == n
+                if dset.endswith("/uid"):
+                    assert np.unique(data).size == n          # no fill values
+    pvbatch = shutil.which("pvbatch")
+    tool = REPO.parent / "shared" / "tools" / "paraview_check.py"
+    if pvbatch and tool.exists():
+        cmd = [pvbatch, str(tool), str(path), "--expect-steps", str(n_steps), "--unique-id",
+               "uid", "--require-arrays", "uid,velocity,rank,shape,params"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
 def test_parsim_run_on_two_ranks_equals_serial(tmp_path):
     """`parsim run` of a walled box with settling spheres and poured boxes on 2 ranks (x split)
@@ -169,6 +205,22 @@ def test_parsim_run_on_two_ranks_equals_serial(tmp_path):
     assert sa["uid"].size >= 250 + 60 + 6          # a crowded region takes fewer boxes
     for k in ("uid", "position", "orientation", "velocity", "angular_velocity", "wraps"):
         assert np.array_equal(sa[k], sb[k]), k
+    # parallel output: each rank wrote its own bodies; the master joins them virtually
+    assert set(np.unique(sb["rank"])) == {0, 1} and (sa["rank"] == 0).all()
+    import h5py
+
+    with h5py.File(tmp_path / "two" / "snapshots.h5") as f:
+        assert f["snapshots/0000000400/position"].is_virtual
+        assert list(f["snapshots/0000000400"].attrs["counts"]) == np.bincount(sb["rank"]).tolist()
+    xmf = (tmp_path / "two" / "snapshots.xmf").read_text()
+    assert xmf.count("<Grid Name=\"step") == 3 and "Polyvertex" in xmf
+    check_xdmf(tmp_path / "two" / "snapshots.xmf", n_steps=3)
+    # a missing per-rank file is an error, not silent fill values
+    b.close()
+    part = next((tmp_path / "two" / "ranks").rglob("rank00001.h5"))
+    part.unlink()
+    with pytest.raises(OutputError, match="rank00001.h5 is missing"):
+        open_run(tmp_path / "two").snapshot(-1)
 
 
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
@@ -177,7 +229,7 @@ def test_bad_blocks_in_config_is_reported_once(tmp_path):
     cfg.write_text(CONFIG.format(blocks="blocks = [3, 1, 1]"))
     r = _mpiexec(2, ["-m", "parsim", "run", str(cfg), "--output", str(tmp_path / "o")], tmp_path)
     assert r.returncode != 0
-    assert r.stderr.count("parsim run:") == 1, r.stderr
+    assert r.stderr.count("[domain].blocks") == 1, r.stderr
     assert "[domain].blocks" in r.stderr
     assert "number of MPI ranks (2)" in r.stderr
 
