@@ -89,6 +89,43 @@ class _Signals:
             signal.signal(sig, old)
 
 
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Bar:
+    """A live one-line progress bar on a terminal (rank 0; batch jobs get log lines only)."""
+
+    def __init__(self, stream, first: int, target: int):
+        self.stream, self.first, self.target = stream, first, target
+        self.t0 = self.last = time.perf_counter()
+        self.shown = False
+
+    def update(self, step: int) -> None:
+        now = time.perf_counter()
+        if now - self.last < 0.2:
+            return
+        self.last = now
+        done = (step - self.first) / max(self.target - self.first, 1)
+        rate = (step - self.first) / max(now - self.t0, 1e-9)
+        eta = (self.target - step) / rate if rate > 0 else float("inf")
+        width = 30
+        fill = int(width * done)
+        self.stream.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {100 * done:5.1f} %  step "
+                          f"{step}/{self.target}  {rate:8.1f} steps/s  ETA {eta:7.1f} s ")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.flush()
+            self.shown = False
+
+
 def _write_status(out: Path, net, text: str) -> None:
     """DIR/status: "done", "interrupted <step>" or "failed <step>", for job scripts (the exit
     code of an MPI job is not reliable: ``-m mpi4py`` turns errors into aborts)."""
@@ -118,6 +155,7 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
     first = sim.step_count
     keep = cfg.keep_checkpoints
     n_total = sim.count_bodies()
+    bar = _Bar(stream, first, target) if net.rank == 0 and _isatty(stream) else None
     try:
         while sim.step_count < target:
             for rain in cfg.rains:
@@ -135,7 +173,11 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
                          stream)
                     _write_status(out, net, f"interrupted {s}")
                     return 0
+            if bar is not None:
+                bar.update(s)
             if s % cfg.progress_every == 0 or s == target:
+                if bar is not None:
+                    bar.clear()
                 now = time.perf_counter()
                 rate = (s - last_step) / max(now - last_t, 1e-9)
                 eta = (target - s) / rate if rate > 0 else float("inf")
@@ -154,6 +196,8 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
         return 1
     finally:
         signals.restore()
+        if bar is not None:
+            bar.clear()
     if sim.step_count == first:       # nothing to do: still end with a snapshot
         writer.write(sim)
     wall = net.max(time.perf_counter() - t0)
