@@ -1,0 +1,289 @@
+"""The job scripts in jobs/: wall-time signal -> checkpoint -> resubmission -> exact restart.
+
+Two ways:
+
+* with a stand-in launcher (always): the scripts run under bash with ``PARSIM_LAUNCH`` = the
+  venv's ``mpiexec -n 2`` and ``PARSIM_SUBMIT`` = a script that records the resubmission; the test
+  sends SIGUSR1 to the ranks as SLURM's ``--signal`` would;
+* under a real single-node SLURM (Debian's slurm-wlm and munge, started by the test as root), when
+  those are installed (``.ci/run`` installs them): ``sbatch`` the production script, ``scancel
+  --signal=USR1`` its step, let it resubmit itself with the real ``sbatch``, and check that the
+  second job finishes the run.
+
+Either way the final state equals an uninterrupted run's, bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parsim.io import open_run
+from parsim.runner import run_config
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MPIEXEC = BIN / "mpiexec"
+STATE = ("uid", "position", "velocity", "orientation", "angular_velocity", "wraps")
+
+CONFIG = """
+[simulation]
+dt = 1e-4
+steps = 2000
+gravity = [0.0, 0.0, -9.81]
+seed = 9
+skin = 0.01
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [0.8, 0.4, 0.4]
+walls = true
+
+[output]
+every = 500
+progress_every = 25
+keep_checkpoints = 2
+
+[[materials]]
+name = "glass"
+density = 2500.0
+restitution = 0.5
+collision_time = 1e-3
+friction = 0.4
+
+[[bodies]]
+kind = "random"
+shape = "sphere"
+material = "glass"
+radius = 0.015
+scale = { distribution = "uniform", min = 0.8, max = 1.0 }
+region = [[0.02, 0.02, 0.02], [0.78, 0.38, 0.38]]
+count = 500
+random_velocity = 1.0
+"""
+
+
+def env_for(tmp_path, **extra) -> dict:
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("SLURM_", "PMI_", "OMPI_", "PMIX_")):
+            del env[k]
+    env.update(PYTHON=sys.executable, PARSIM_JOBS_DIR=str(REPO / "jobs"),
+               NUMBA_CACHE_DIR=os.path.abspath(os.environ.get("NUMBA_CACHE_DIR",
+                                                              REPO / ".numba_cache")),
+               PATH=f"{BIN}:{env.get('PATH', '')}", CHECKPOINT_EVERY="200")
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted serial run."""
+    from parsim import warmup
+
+    warmup.compile_kernels()          # the ranks below only load kernels
+    d = tmp_path_factory.mktemp("ref")
+    (d / "job.toml").write_text(CONFIG)
+    assert run_config(str(d / "job.toml"), str(d / "out"), stream=open(os.devnull, "w")) == 0
+    return d / "out"
+
+
+def rank_pids(marker: str) -> list[int]:
+    """Python processes (the ranks, not the launcher) whose command line contains marker."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"python" in Path(argv[0].decode(errors="replace")).name.encode() and \
+                marker.encode() in b" ".join(argv) and b"parsim" in b" ".join(argv):
+            pids.append(int(p.name))
+    return pids
+
+
+def wait_for(pred, timeout=300, what="condition"):
+    t0 = time.time()
+    while not pred():
+        if time.time() - t0 > timeout:
+            raise TimeoutError(what)
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
+def test_production_script_with_stand_in_launcher(reference, tmp_path):
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(CONFIG)
+    out = tmp_path / "out"
+    record = tmp_path / "submitted.txt"
+    submit = tmp_path / "fake_sbatch"
+    submit.write_text(f'#!/bin/bash\necho "$@" >> {record}\n')
+    submit.chmod(0o755)
+    env = env_for(tmp_path, PARSIM_LAUNCH=f"{MPIEXEC} -n 2", PARSIM_SUBMIT=str(submit),
+                  CONFIG=str(cfg), OUTDIR=str(out))
+    proc = subprocess.Popen(["bash", str(REPO / "jobs" / "production.sbatch")], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:                 # the ranks are stepping: the wall time "comes"
+        lines.append(line)
+        if line.startswith("step"):
+            break
+    pids = rank_pids(str(cfg))
+    assert len(pids) == 2, (pids, lines)
+    for pid in pids:
+        os.kill(pid, signal.SIGUSR1)
+    rest, _ = proc.communicate(timeout=300)
+    log = "".join(lines) + rest
+    assert proc.returncode == 0, log
+    status = (out / "status").read_text().split()
+    assert status[0] == "interrupted", log
+    assert "status interrupted" in log
+    sub = record.read_text()
+    assert "--dependency=afterany:0" in sub and "PARSIM_RESUBMIT_COUNT=1" in sub
+    assert sub.strip().endswith("jobs/production.sbatch")
+    # the resubmitted job: restarts from the newest checkpoint and completes
+    env["PARSIM_RESUBMIT_COUNT"] = "1"
+    r = subprocess.run(["bash", str(REPO / "jobs" / "production.sbatch")], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "restarting from" in r.stdout
+    assert (out / "status").read_text().strip() == "done"
+    a, b = open_run(reference).snapshot(-1), open_run(out).snapshot(-1)
+    assert int(b["step"]) == 2000
+    assert [k for k in STATE if not np.array_equal(a[k], b[k])] == []
+    assert record.read_text() == sub         # no second resubmission
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
+def test_sweep_script_task(tmp_path):
+    env = env_for(tmp_path, PARSIM_LAUNCH=f"{MPIEXEC} -n 2", SLURM_ARRAY_TASK_ID="1",
+                  SWEEP_VALUES="0.3 0.7", STEPS="100", OUTROOT=str(tmp_path / "sweep"))
+    r = subprocess.run(["bash", str(REPO / "jobs" / "sweep.sbatch")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = tmp_path / "sweep" / "friction_0.7"
+    assert "friction = 0.7" in (d / "config.toml").read_text()
+    assert (d / "status").read_text().strip() == "done"
+    assert open_run(d).snapshot(-1)["step"] == 100
+    env["SLURM_ARRAY_TASK_ID"] = "5"
+    r = subprocess.run(["bash", str(REPO / "jobs" / "sweep.sbatch")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "task 5 has no value" in r.stdout
+
+
+# ---- a real single-node SLURM -------------------------------------------------------------------
+
+SLURM_BINS = ("slurmctld", "slurmd", "munged", "sbatch", "scancel", "squeue")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def slurm(tmp_path):
+    """slurmctld + slurmd (+ munged) on this machine, with a private config; stopped after."""
+    missing = [b for b in SLURM_BINS if not (shutil.which(b) or Path("/usr/sbin", b).exists())]
+    if missing:
+        pytest.skip(f"SLURM not installed ({', '.join(missing)} missing): apt-get install "
+                    "slurm-wlm munge (.ci/run does)")
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmd needs root")
+    d = tmp_path / "slurm"
+    (d / "state").mkdir(parents=True)
+    (d / "spool").mkdir()
+    host = socket.gethostname()
+    conf = d / "slurm.conf"
+    conf.write_text(f"""ClusterName=parsimtest
+SlurmctldHost={host}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+NodeName={host} CPUs={os.cpu_count()} State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+""")
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    sbin = lambda b: shutil.which(b) or f"/usr/sbin/{b}"  # noqa: E731
+    if subprocess.run(["munge", "-n"], capture_output=True).returncode != 0:
+        if not Path("/etc/munge/munge.key").exists():
+            subprocess.run(["mungekey", "--create"], check=False)
+        Path("/run/munge").mkdir(parents=True, exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        subprocess.run([sbin("munged"), "--force"], check=True)
+    started = []
+    try:
+        for daemon in ("slurmctld", "slurmd"):
+            r = subprocess.run([sbin(daemon), "-f", str(conf)], env=env, capture_output=True,
+                               text=True)
+            assert r.returncode == 0, f"{daemon} did not start: {r.stderr}"
+            started.append(d / f"{daemon}.pid")
+        wait_for(lambda: "idle" in subprocess.run(["sinfo", "-h"], env=env, capture_output=True,
+                                                  text=True).stdout, 60, "slurm node idle")
+        yield env
+    finally:
+        for pidfile in started:
+            try:
+                os.kill(int(pidfile.read_text()), signal.SIGTERM)
+            except (OSError, ValueError):
+                pass
+
+
+def test_production_script_under_real_slurm(reference, tmp_path, slurm):
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(CONFIG)
+    out = tmp_path / "out"
+    env = env_for(tmp_path, CONFIG=str(cfg), OUTDIR=str(out))
+    env["SLURM_CONF"] = slurm["SLURM_CONF"]
+    env.pop("PARSIM_LAUNCH", None)
+    env.pop("PARSIM_SUBMIT", None)
+    r = subprocess.run(["sbatch", "--parsable", "--ntasks=2",
+                        str(REPO / "jobs" / "production.sbatch")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = r.stdout.strip().split(";")[0]
+    log = tmp_path / f"parsim-{job}.out"
+    wait_for(lambda: log.exists() and "\nstep" in log.read_text(), 300, "first progress line")
+    subprocess.run(["scancel", "--signal=USR1", job], env=env, check=True)
+
+    def queue():
+        return subprocess.run(["squeue", "-h", "-o", "%i %T"], env=env, capture_output=True,
+                              text=True).stdout.split()
+
+    wait_for(lambda: (out / "status").exists() and
+             (out / "status").read_text().startswith("done") and not queue(), 600,
+             "the resubmitted job to finish")
+    logs = sorted(tmp_path.glob("parsim-*.out"))
+    assert len(logs) == 2, [p.name for p in logs]          # the job and its resubmission
+    text = "".join(p.read_text() for p in logs)
+    assert "status interrupted" in text and "restarting from" in text and "status done" in text
+    a, b = open_run(reference).snapshot(-1), open_run(out).snapshot(-1)
+    assert [k for k in STATE if not np.array_equal(a[k], b[k])] == []
