@@ -166,6 +166,11 @@ def describe(path) -> str:
             lines.append(f"last: step {steps[-1]}, time {float(g.attrs['time']):.6g} s, "
                          f"{int(g.attrs['n_bodies'])} bodies, {int(g.attrs['n_contacts'])} "
                          f"contacts, status {g.attrs['status']}")
+            ranks = int(g.attrs.get("ranks", 1))
+            if ranks > 1:
+                how = ("one shared file (collective writes)" if not g["uid"].is_virtual else
+                       "one file per rank joined by virtual datasets")
+                lines.append(f"written by {ranks} ranks: {how}")
         t = run.timings
         if t:
             lines.append("timings [s] (min / mean / max over ranks): " + "; ".join(

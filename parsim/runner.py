@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from .config import ConfigError, load, pour
-from .output import SnapshotWriter
+from .output_shared import open_writer
 from .simulation import SimulationError
 
 
@@ -244,7 +244,7 @@ def run_config(config: str, output: str | None = None, steps: int | None = None,
         return status
     out = Path(output) if output else Path("output") / Path(config).stem
     sim = cfg.sim
-    writer = SnapshotWriter(out, cfg.text, cfg.path, sim)
+    writer = open_writer(out, cfg.text, cfg.path, sim)
     _say(sim, f"parsim run {config}: {sim.count_bodies()} bodies, {cfg.steps} steps of "
          f"{sim.dt:g} s, {net.size} rank(s) as blocks {list(sim.dec.dims)}, output {writer.path}",
          stream)
@@ -285,7 +285,7 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
     sim = cfg.sim
     target = cfg.steps if steps is None else int(steps)
     out = Path(output) if output else Path(checkpoint_path).resolve().parent.parent
-    writer = SnapshotWriter(out, cfg.text, cfg.path, sim, append_after=sim.step_count)
+    writer = open_writer(out, cfg.text, cfg.path, sim, append_after=sim.step_count)
     _say(sim, f"parsim restart {checkpoint_path}: step {sim.step_count} -> {target}, "
          f"{sim.count_bodies()} bodies, {net.size} rank(s) as blocks {list(sim.dec.dims)}, "
          f"output {writer.path}", stream)
