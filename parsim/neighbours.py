@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .bodies import FIXED, GLOBAL, SHADOW
+from .bodies import FIXED, GLOBAL, REPLICATED, SHADOW
 from .broadphase import HierarchicalHashGrid
 from .contacts import MAX_POINTS, image_shift, relative_shift
 from .shapes import PLANE, SPHERE, compute_aabbs
@@ -306,3 +306,32 @@ class NeighbourList:
 
     def n_touching(self) -> int:
         return int(np.count_nonzero(self.touching))
+
+    def contact_halves(self, st, root: bool) -> int:
+        """Touching contact points of the last force evaluation, counted in halves so that the
+        sum over ranks is twice the number of physical contacts: a point between two bodies kept
+        here (owned, or replicated) counts 2, one with a shadow 1 (the other copy of the pair,
+        on the shadow's owner or across a periodic seam, gives the other half); a point between
+        two replicated bodies (evaluated on every rank) counts on rank 0 (``root``) only."""
+        return _contact_halves(self.pa, self.pb, self.hist, self.nh, self.touching, st.flags,
+                               st.n_owned, root)
+
+
+@njit(cache=True)
+def _contact_halves(pa, pb, hist, nh, touching, flags, n_owned, root):
+    total = 0
+    for p in range(pa.shape[0]):
+        a = pa[p]
+        b = pb[p]
+        rep_a = (flags[a] & REPLICATED) != 0
+        rep_b = (flags[b] & REPLICATED) != 0
+        if rep_a and rep_b:
+            w = 2 if root else 0
+        else:
+            w = (1 if (a < n_owned or rep_a) else 0) + (1 if (b < n_owned or rep_b) else 0)
+        if w == 0:
+            continue
+        for c in range(hist[p], hist[p] + nh[p]):
+            if touching[c]:
+                total += w
+    return total

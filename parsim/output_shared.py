@@ -125,7 +125,7 @@ class SharedSnapshotWriter:
         n = int(s["uid"].shape[0])
         s["rank"] = np.full(n, self.rank, dtype=np.int32)
         counts = self.net.allgather(n)
-        contacts = self.net.isum(sim.n_contacts)
+        contacts = sim.count_contacts()
         total = int(sum(counts))
         offset = int(sum(counts[: self.rank]))
         s["vertex_index"] = np.arange(offset, offset + n, dtype=np.int32)

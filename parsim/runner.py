@@ -182,7 +182,7 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
                 rate = (s - last_step) / max(now - last_t, 1e-9)
                 eta = (target - s) / rate if rate > 0 else float("inf")
                 n_total = sim.count_bodies()
-                contacts = net.isum(sim.n_contacts)
+                contacts = sim.count_contacts()
                 _say(sim, f"step {s:>9d}/{target}  t = {sim.time:.5g} s  {rate:9.1f} steps/s  "
                      f"{n_total} bodies  {contacts} contacts  ETA {eta:7.1f} s", stream)
                 last_t, last_step = now, s

@@ -374,6 +374,14 @@ class Simulation:
         """Bodies this rank owns (planes, kept by every rank, included)."""
         return self.st.n_owned
 
+    def count_contacts(self) -> int:
+        """Collective: touching contact points over all ranks at the last force evaluation, each
+        physical contact once (a contact across a rank border or periodic seam is evaluated on
+        both sides; :meth:`NeighbourList.contact_halves`)."""
+        if not self._ready:
+            return 0
+        return self.net.isum(self.nl.contact_halves(self.st, self.net.rank == 0)) // 2
+
     def count_bodies(self) -> int:
         """Collective: bodies over all ranks (each plane counted once)."""
         st = self.st

@@ -98,12 +98,16 @@ def serial_reference(comm, steps, **kw):
         return None
     sim = mixed_scene(None, None, **kw)
     sim.run(steps)
-    return sim.state()
+    out = sim.state()
+    out["contacts"] = sim.count_contacts()
+    return out
 
 
 def compare(ref, got) -> str | None:
     if got["uid"].shape != ref["uid"].shape or (got["uid"] != ref["uid"]).any():
         return f"uids differ: {got['uid'].size} bodies vs {ref['uid'].size}"
+    if got["contacts"] != ref["contacts"]:       # each contact counted once, whatever the ranks
+        return f"count_contacts() {got['contacts']} vs {ref['contacts']} on one rank"
     for k in FIELDS:
         bad = np.flatnonzero((got[k] != ref[k]).reshape(got[k].shape[0], -1).any(axis=1))
         if bad.size:
@@ -128,6 +132,9 @@ def run_layouts(comm, layouts, steps, **kw):
                 sim = mixed_scene(sub, blocks, **kw)
                 sim.run(steps)
                 got = sim.state(gather=True)
+                contacts = sim.count_contacts()
+                if got is not None:
+                    got["contacts"] = contacts
                 err = None
             except Exception as e:          # reported below, on every rank
                 got, err = None, f"{type(e).__name__}: {e}"
