@@ -70,20 +70,27 @@ class Net:
         return self.size == 1
 
     # ---- reductions ----------------------------------------------------------------------------
+    # scalar reductions go through one-element buffers (no pickling: they run every step)
+    def _scalar(self, x, dtype, op):
+        buf = np.array([x], dtype=dtype)
+        out = np.empty(1, dtype=dtype)
+        self.comm.Allreduce(buf, out, op=op)
+        return out[0]
+
     def max(self, x: float) -> float:
         if self.size == 1:
             return float(x)
-        return float(self.comm.allreduce(float(x), op=self.MPI.MAX))
+        return float(self._scalar(float(x), np.float64, self.MPI.MAX))
 
     def min(self, x: float) -> float:
         if self.size == 1:
             return float(x)
-        return float(self.comm.allreduce(float(x), op=self.MPI.MIN))
+        return float(self._scalar(float(x), np.float64, self.MPI.MIN))
 
     def isum(self, x: int) -> int:
         if self.size == 1:
             return int(x)
-        return int(self.comm.allreduce(int(x), op=self.MPI.SUM))
+        return int(self._scalar(int(x), np.int64, self.MPI.SUM))
 
     def fsum_ranks(self, x: float) -> float:
         """Sum over ranks, added in rank order (deterministic for a given rank count)."""
@@ -104,7 +111,7 @@ class Net:
         every rank can raise the same error instead of leaving the others waiting."""
         if self.size == 1:
             return message
-        flag = self.comm.allreduce(0 if message is None else 1, op=self.MPI.SUM)
+        flag = self.isum(0 if message is None else 1)
         if flag == 0:
             return None
         msgs = self.comm.allgather(message)
