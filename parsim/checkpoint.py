@@ -1,26 +1,36 @@
 """HDF5 checkpoints: everything needed to continue a run bit for bit, written atomically.
 
-``DIR/checkpoints/checkpoint_<step:010d>.h5``::
+Format version 2: a small *manifest* ``DIR/checkpoints/checkpoint_<step:010d>.h5`` (rank 0) and
+one file per rank ``checkpoint_<step:010d>.parts/rank<r:05d>.h5`` with that rank's bodies and
+springs, so no body goes through rank 0::
 
-    /                  attrs: format = "parsim-checkpoint", format_version = 1, parsim_version,
+    manifest /         attrs: format = "parsim-checkpoint", format_version = 2, parsim_version,
                               created, step, time, next_uid, deleted, ranks, blocks,
-                              config_path, complete = 1 (set last)
-    /config            the run's TOML text ("" for a scripted run)
-    /materials/names, /materials/table          (checked against the restarting simulation)
-    /bodies/<field>    every storage field of every body (:data:`parsim.bodies.FIELDS`: pose,
-                       velocities, forces of the last step, reference poses, wrap counters, ...),
-                       sorted by uid; planes and global bodies once
-    /history/<field>   the springs of the touching contacts (:data:`parsim.neighbours.HISTORY`)
-    /rains/<i>         attrs remaining, rng_state (JSON): the pending poured insertions
+                              config_path, shape_counts, complete = 1 (set last)
+             /config            the run's TOML text ("" for a scripted run)
+             /materials/names, /materials/table          (checked against the restart)
+             /bodies/<field>    the replicated bodies (planes, global bodies), once
+             /parts/bodies, /parts/history               int64[ranks]: records per part
+             /rains/<i>         attrs remaining, rng_state (JSON): pending poured insertions
+    part     /         attrs: format = "parsim-checkpoint-part", step, rank
+             /bodies/<field>    every storage field (:data:`parsim.bodies.FIELDS`: pose,
+                                velocities, forces of the last step, reference poses, wrap
+                                counters, ...) of the rank's other owned bodies, sorted by uid
+             /history/<field>   the springs of the rank's touching contacts
+                                (:data:`parsim.neighbours.HISTORY`)
 
-Writes go to ``<name>.tmp`` which is renamed over the final name only when complete, so a crash
-(or ``kill -9``) during a write leaves the previous checkpoints intact. On several ranks the
-bodies are gathered on rank 0, which writes (an interim: per-rank files are planned).
+Atomic: every rank writes and fsyncs its part in ``checkpoint_<step>.parts.tmp/``; when all have
+succeeded, rank 0 renames the directory to ``.parts``, then writes the manifest to
+``<name>.tmp``, fsyncs it and renames it to its final name. A checkpoint exists only once its
+manifest does, so a crash (or ``kill -9``) at any point leaves the previous checkpoints intact;
+:func:`prune` removes leftovers. (Version 1, one file with all bodies gathered on rank 0, is no
+longer read.)
 
 A restart builds the simulation from the stored config without its body generators, then
-:func:`restore` hands each rank the bodies of its block (any rank count) with their springs and
-forces; the first rebuild after it neither wraps bodies nor moves the reference poses, so the
-run continues exactly as the uninterrupted one.
+:func:`restore` loads the bodies: on the same decomposition each rank reads the manifest and its
+own part only; on another one each rank reads every part and keeps the bodies of its block (and
+the springs that touch them). The first rebuild after it neither wraps bodies nor moves the
+reference poses, so the run continues exactly as the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 from pathlib import Path
 
 import h5py
@@ -39,97 +50,164 @@ from .halo import BODY, records
 from .neighbours import HISTORY
 
 FORMAT = "parsim-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+PART_FORMAT = "parsim-checkpoint-part"
 
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, foreign, incomplete or does not fit the simulation."""
 
 
-def _gather_state(sim):
-    """(bodies, history) of all ranks on rank 0 (None elsewhere)."""
+def parts_dir(path) -> Path:
+    """The directory of the per-rank files of the checkpoint (manifest) ``path``."""
+    path = Path(path)
+    return path.with_name(path.stem + ".parts")
+
+
+def part_path(path, rank: int) -> Path:
+    return parts_dir(path) / f"rank{rank:05d}.h5"
+
+
+def _fsync(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _local_state(sim):
+    """This rank's (replicated bodies (rank 0 only), other owned bodies, springs)."""
     st = sim.st
     no = st.n_owned
-    keep = np.arange(no)
-    if sim.net.rank != 0:
-        keep = np.flatnonzero((st.flags[:no] & REPLICATED) == 0)
-    bodies = records(st, keep)
+    rep = (st.flags[:no] & REPLICATED) != 0
+    replicated = records(st, np.flatnonzero(rep)) if sim.net.rank == 0 else records(st, np.empty(0, dtype=np.int64))
+    owned = records(st, np.flatnonzero(~rep))
+    owned = owned[np.argsort(owned["uid"], kind="stable")]
+    replicated = replicated[np.argsort(replicated["uid"], kind="stable")]
     hist = sim.nl.export_touching() if sim.nl is not None else np.empty(0, dtype=HISTORY)
-    parts = sim.net.gather((bodies, hist))
-    if parts is None:
-        return None, None
-    bodies = np.concatenate([p[0] for p in parts])
-    bodies = bodies[np.argsort(bodies["uid"], kind="stable")]
-    hist = np.concatenate([p[1] for p in parts])
-    if hist.size:
-        order = np.lexsort((hist["r"], hist["v"], hist["u"]))
-        hist = hist[order]
-        first = np.ones(hist.size, dtype=bool)
-        first[1:] = ((hist["u"][1:] != hist["u"][:-1]) | (hist["v"][1:] != hist["v"][:-1])
-                     | (hist["r"][1:] != hist["r"][:-1]))
-        hist = hist[first]                     # a contact across ranks is known on both
-    return bodies, hist
+    return replicated, owned, hist
+
+
+def _write_part(path: Path, step: int, rank: int, bodies, hist) -> None:
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = PART_FORMAT
+        f.attrs["step"] = step
+        f.attrs["rank"] = rank
+        g = f.create_group("bodies")
+        for name in FIELDS:
+            g.create_dataset(name, data=bodies[name])
+        g = f.create_group("history")
+        for name in HISTORY.names:
+            g.create_dataset(name, data=hist[name])
+    _fsync(path)
 
 
 def write(sim, path, config_text: str = "", config_path: str = "", rains=()) -> Path | None:
-    """Write a checkpoint of ``sim`` (collective) to ``path``, atomically. Returns the path on
-    rank 0, None elsewhere."""
+    """Write a checkpoint of ``sim`` (collective) to ``path`` (the manifest) and its parts,
+    atomically. Returns the path on rank 0, None elsewhere. An error on any rank (disk full)
+    raises the same error on every rank and leaves no trace of this checkpoint."""
     if not sim._ready:
         sim._setup()
-    bodies, hist = _gather_state(sim)
-    deleted = sim.net.isum(sim.deleted)
-    if sim.net.rank != 0:
-        sim.net.barrier()
-        return None
+    net = sim.net
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    final_parts = parts_dir(path)
+    tmp_parts = final_parts.with_name(final_parts.name + ".tmp")
+    replicated, owned, hist = _local_state(sim)
+    deleted = net.isum(sim.deleted)
+    shapes = net.allreduce_array(np.bincount(owned["shape"].astype(np.int64), minlength=4)
+                                 .astype(np.int64), "sum")
+    shapes += np.bincount(replicated["shape"].astype(np.int64), minlength=4).astype(np.int64) \
+        if net.rank == 0 else 0
+    error = None
+    if net.rank == 0:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if tmp_parts.exists():
+                shutil.rmtree(tmp_parts)
+            tmp_parts.mkdir()
+        except OSError as e:
+            error = f"{tmp_parts}: {e}"
+    error = net.bcast(error)
+    if error is None:
+        try:
+            _write_part(tmp_parts / f"rank{net.rank:05d}.h5", sim.step_count, net.rank, owned,
+                        hist)
+        except Exception as e:  # noqa: BLE001 - every rank raises it below
+            error = e
+    msg = net.first_error(None if error is None else f"{type(error).__name__}: {error}")
+    counts = net.gather((owned.size, hist.size))
+    if msg is not None:
+        if net.rank == 0:
+            shutil.rmtree(tmp_parts, ignore_errors=True)
+        net.barrier()
+        if isinstance(error, Exception):
+            raise error
+        raise OSError(f"checkpoint {path}: {msg}")
+    if net.rank != 0:
+        error = net.bcast(None)
+        if error is not None:
+            raise OSError(error)
+        return None
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with h5py.File(tmp, "w") as f:
-            a = f.attrs
-            a["format"] = FORMAT
-            a["format_version"] = FORMAT_VERSION
-            a["parsim_version"] = __version__
-            a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-            a["step"] = sim.step_count
-            a["time"] = sim.time
-            a["next_uid"] = sim._next_uid
-            a["deleted"] = deleted
-            a["ranks"] = sim.net.size
-            a["blocks"] = np.array(sim.dec.dims)
-            a["config_path"] = str(config_path)
-            f.create_dataset("config", data=config_text, dtype=h5py.string_dtype())
-            g = f.create_group("materials")
-            g.create_dataset("names", data=[m.name for m in sim.materials],
-                             dtype=h5py.string_dtype())
-            g.create_dataset("table", data=sim.table)
-            g = f.create_group("bodies")
-            for name in FIELDS:
-                g.create_dataset(name, data=bodies[name])
-            g = f.create_group("history")
-            for name in HISTORY.names:
-                g.create_dataset(name, data=hist[name])
-            g = f.create_group("rains")
-            for rain in rains:
-                r = g.create_group(str(rain.index))
-                r.attrs["remaining"] = rain.remaining
-                r.attrs["rng_state"] = json.dumps(rain.spec["rng"].bit_generator.state)
-            a["complete"] = 1
-        fd = os.open(tmp, os.O_RDONLY)
         try:
-            os.fsync(fd)                       # on disk before it replaces anything
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            if path.exists():                  # the same step again: replace it
+                path.unlink()
+            if final_parts.exists():
+                shutil.rmtree(final_parts)
+            os.replace(tmp_parts, final_parts)
+            _fsync(path.parent)
+            with h5py.File(tmp, "w") as f:
+                a = f.attrs
+                a["format"] = FORMAT
+                a["format_version"] = FORMAT_VERSION
+                a["parsim_version"] = __version__
+                a["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+                a["step"] = sim.step_count
+                a["time"] = sim.time
+                a["next_uid"] = sim._next_uid
+                a["deleted"] = deleted
+                a["ranks"] = net.size
+                a["blocks"] = np.array(sim.dec.dims)
+                a["config_path"] = str(config_path)
+                a["shape_counts"] = shapes
+                f.create_dataset("config", data=config_text, dtype=h5py.string_dtype())
+                g = f.create_group("materials")
+                g.create_dataset("names", data=[m.name for m in sim.materials],
+                                 dtype=h5py.string_dtype())
+                g.create_dataset("table", data=sim.table)
+                g = f.create_group("bodies")
+                for name in FIELDS:
+                    g.create_dataset(name, data=replicated[name])
+                g = f.create_group("parts")
+                g.create_dataset("bodies", data=np.array([c[0] for c in counts], dtype=np.int64))
+                g.create_dataset("history", data=np.array([c[1] for c in counts], dtype=np.int64))
+                g = f.create_group("rains")
+                for rain in rains:
+                    r = g.create_group(str(rain.index))
+                    r.attrs["remaining"] = rain.remaining
+                    r.attrs["rng_state"] = json.dumps(rain.spec["rng"].bit_generator.state)
+                a["complete"] = 1
+            _fsync(tmp)                        # on disk before it becomes visible
+            os.replace(tmp, path)
+            _fsync(path.parent)
+        except Exception as e:
+            shutil.rmtree(final_parts, ignore_errors=True)
+            shutil.rmtree(tmp_parts, ignore_errors=True)
+            net.bcast(f"checkpoint {path}: {type(e).__name__}: {e}")
+            raise
+        net.bcast(None)
     finally:
         if tmp.exists():
             tmp.unlink()
-        sim.net.barrier()
     return path
 
 
-def read(path) -> dict:
-    """Read and check a checkpoint; a clear :class:`CheckpointError` names what is wrong."""
+def read(path, bodies: bool = True) -> dict:
+    """Read and check a checkpoint; a clear :class:`CheckpointError` names what is wrong.
+    ``bodies=False``: the manifest only (no ``"bodies"``/``"history"`` keys; :func:`restore`
+    then reads what this rank needs)."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint file")
@@ -152,6 +230,7 @@ def read(path) -> dict:
                                   "use an earlier checkpoint")
         try:
             data = {k: a[k] for k in ("step", "time", "next_uid", "deleted", "ranks")}
+            data["path"] = path
             data["blocks"] = tuple(int(x) for x in a["blocks"])
             data["config"] = f["config"][()].decode() if isinstance(f["config"][()], bytes) \
                 else str(f["config"][()])
@@ -159,24 +238,87 @@ def read(path) -> dict:
             data["material_names"] = [x.decode() if isinstance(x, bytes) else str(x)
                                       for x in f["materials/names"][()]]
             data["table"] = f["materials/table"][()]
-            n = f["bodies/uid"].shape[0]
-            bodies = np.empty(n, dtype=BODY)
-            for name in FIELDS:
-                bodies[name] = f["bodies"][name][()]
-            hist = np.empty(f["history/u"].shape[0], dtype=HISTORY)
-            for name in HISTORY.names:
-                hist[name] = f["history"][name][()]
-            data["bodies"], data["history"] = bodies, hist
             data["rains"] = {int(k): (int(g.attrs["remaining"]), json.loads(g.attrs["rng_state"]))
                              for k, g in f["rains"].items()}
+            data["common"] = _read_bodies(f)      # the replicated bodies
+            data["part_bodies"] = f["parts/bodies"][()]
+            data["part_history"] = f["parts/history"][()]
+            data["shape_counts"] = np.asarray(a["shape_counts"], dtype=np.int64)
         except (KeyError, ValueError, TypeError) as e:
             raise CheckpointError(f"{path}: damaged checkpoint ({type(e).__name__}: {e})") from None
+    if bodies:
+        data["bodies"], data["history"] = load_parts(data, range(int(data["ranks"])))
     return data
 
 
+def _read_bodies(g) -> np.ndarray:
+    n = g["bodies/uid"].shape[0]
+    out = np.empty(n, dtype=BODY)
+    for name in FIELDS:
+        out[name] = g["bodies"][name][()]
+    return out
+
+
+def _read_history(g) -> np.ndarray:
+    out = np.empty(g["history/u"].shape[0], dtype=HISTORY)
+    for name in HISTORY.names:
+        out[name] = g["history"][name][()]
+    return out
+
+
+def load_parts(data: dict, ranks, keep=None) -> tuple[np.ndarray, np.ndarray]:
+    """(bodies sorted by uid, springs without duplicates) of the manifest's replicated bodies
+    and the parts ``ranks``; ``keep(bodies) -> bool mask`` selects bodies part by part (the
+    springs kept are those of a kept body)."""
+    bodies = [data["common"]]
+    hist = [np.empty(0, dtype=HISTORY)]
+    if keep is not None:
+        bodies[0] = bodies[0][keep(bodies[0])]
+    for r in ranks:
+        p = part_path(data["path"], r)
+        if not p.exists():
+            raise CheckpointError(f"{data['path']}: its part {p} is missing; the checkpoint is "
+                                  "incomplete (use an earlier one)")
+        try:
+            with h5py.File(p, "r") as f:
+                if f.attrs.get("format") != PART_FORMAT or int(f.attrs["step"]) != \
+                        int(data["step"]):
+                    raise CheckpointError(f"{p}: not the part of rank {r} of {data['path']}")
+                b = _read_bodies(f)
+                h = _read_history(f)
+        except OSError as e:
+            raise CheckpointError(f"{p}: not a readable HDF5 file ({e}); use an earlier "
+                                  "checkpoint") from None
+        except (KeyError, ValueError, TypeError) as e:
+            raise CheckpointError(f"{p}: damaged checkpoint part ({type(e).__name__}: {e})") \
+                from None
+        if b.size != data["part_bodies"][r] or h.size != data["part_history"][r]:
+            raise CheckpointError(f"{p}: holds {b.size} bodies and {h.size} springs, the "
+                                  f"manifest says {data['part_bodies'][r]} and "
+                                  f"{data['part_history'][r]}")
+        if keep is not None:
+            b = b[keep(b)]
+        bodies.append(b)
+        hist.append(h)
+    b = np.concatenate(bodies)
+    b = b[np.argsort(b["uid"], kind="stable")]
+    h = np.concatenate(hist)
+    if keep is not None and h.size:
+        h = h[np.isin(h["u"], b["uid"]) | np.isin(h["v"], b["uid"])]
+    if h.size:
+        order = np.lexsort((h["r"], h["v"], h["u"]))
+        h = h[order]
+        first = np.ones(h.size, dtype=bool)
+        first[1:] = ((h["u"][1:] != h["u"][:-1]) | (h["v"][1:] != h["v"][:-1])
+                     | (h["r"][1:] != h["r"][:-1]))
+        h = h[first]                           # a contact across ranks is known on both
+    return b, h
+
+
 def restore(sim, data: dict, rains=()) -> None:
-    """Load a checkpoint read by :func:`read` into ``sim`` (collective; a simulation with the
-    same materials and no bodies yet). Each rank keeps the bodies of its block."""
+    """Load a checkpoint read by :func:`read` (with or without its bodies) into ``sim``
+    (collective; a simulation with the same materials and no bodies yet). Each rank keeps the
+    bodies of its block; on the checkpoint's own decomposition it reads only its part."""
     names = [m.name for m in sim.materials]
     if names != data["material_names"] or sim.table.shape != data["table"].shape or not \
             np.array_equal(sim.table, data["table"]):
@@ -184,27 +326,53 @@ def restore(sim, data: dict, rains=()) -> None:
                               f"the simulation's {names}")
     if sim.st.n_owned:
         raise CheckpointError("restore into a simulation without bodies")
-    b = data["bodies"]
-    mine = np.ones(b.shape[0], dtype=bool)
-    if sim.net.size > 1:
-        replicated = (b["flags"] & REPLICATED) != 0
-        if sim.global_radius < np.inf:       # global-ness follows this decomposition
+    net = sim.net
+
+    def keep(b):
+        """Bodies of this rank's block, replicated ones on every rank; global-ness follows this
+        decomposition (a body may be global on few ranks and an ordinary one on many)."""
+        if net.size == 1:
+            b["flags"] &= ~GLOBAL
+            return np.ones(b.shape[0], dtype=bool)
+        if sim.global_radius < np.inf:
             finite = (b["flags"] & 2) == 0   # not INFINITE
             big = finite & (b["bounding_radius"] > sim.global_radius)
             b["flags"][finite & ~big] &= ~GLOBAL
             b["flags"][big] |= GLOBAL
-            replicated = (b["flags"] & REPLICATED) != 0
-        mine = replicated | sim.dec.owns(b["position"])
+        return ((b["flags"] & REPLICATED) != 0) | sim.dec.owns(b["position"])
+
+    same = (net.size == int(data["ranks"])
+            and tuple(sim.dec.dims) == tuple(data["blocks"]))
+    if same:                                  # this rank's part: the bodies it owned
+        error = None
+        try:
+            b, hist = load_parts(data, [net.rank])
+        except CheckpointError as e:
+            error = str(e)
+        error = net.first_error(error)
+        if error is not None:
+            raise CheckpointError(error)
+        sel = b
+    elif "bodies" in data:
+        b = data["bodies"].copy()
+        sel = b[keep(b)]
+        hist = data["history"]
     else:
-        b["flags"] &= ~GLOBAL
-    sel = b[mine]
+        error = None
+        try:
+            sel, hist = load_parts(data, range(int(data["ranks"])), keep)
+        except CheckpointError as e:
+            error = str(e)
+        error = net.first_error(error)
+        if error is not None:
+            raise CheckpointError(error)
     sim.st.append_owned({k: sel[k] for k in FIELDS})
-    sim._restored = data["history"]
+    sim._restored = hist
     sim._restart_exact = True
     sim.step_count = int(data["step"])
     sim.time = float(data["time"])
     sim._next_uid = int(data["next_uid"])
-    sim.deleted = int(data["deleted"]) if sim.net.rank == 0 else 0
+    sim.deleted = int(data["deleted"]) if net.rank == 0 else 0
     sim._expected_uids = None
     sim._ready = False
     for rain in rains:
@@ -221,7 +389,17 @@ def checkpoints_in(directory) -> list[Path]:
 
 
 def prune(directory, keep: int) -> None:
-    """Delete all but the newest ``keep`` checkpoints (rank 0 only)."""
+    """Delete all but the newest ``keep`` checkpoints (rank 0 only, with no write under way),
+    and the leftovers of interrupted writes (parts without a manifest, ``.tmp`` files)."""
     files = checkpoints_in(directory)
     for p in files[: max(len(files) - keep, 0)]:
+        p.unlink(missing_ok=True)              # first the manifest: then it is no checkpoint
+        shutil.rmtree(parts_dir(p), ignore_errors=True)
+    d = Path(directory) / "checkpoints"
+    if not d.is_dir():
+        return
+    for p in d.glob("checkpoint_*.tmp"):
         p.unlink(missing_ok=True)
+    for p in d.glob("checkpoint_*.parts*"):
+        if p.name.endswith(".tmp") or not (d / (p.name[: -len(".parts")] + ".h5")).exists():
+            shutil.rmtree(p, ignore_errors=True)

@@ -145,15 +145,17 @@ def describe(path) -> str:
     except OSError as e:
         raise OutputError(f"{p}: not a readable HDF5 file ({e})") from None
     if fmt == checkpoint.FORMAT:
-        d = checkpoint.read(p)
-        b = d["bodies"]
-        shapes = np.bincount(b["shape"].astype(np.int64), minlength=4)
+        d = checkpoint.read(p, bodies=False)
+        shapes = d["shape_counts"]
+        springs = f"{int(d['part_history'].sum())}" + (" (a contact across ranks counts on both)"
+                                                      if int(d["ranks"]) > 1 else "")
         return "\n".join([
-            f"{p}: parsim checkpoint, format version {checkpoint.FORMAT_VERSION}",
+            f"{p}: parsim checkpoint, format version {checkpoint.FORMAT_VERSION} "
+            f"({int(d['ranks'])} part file(s) in {checkpoint.parts_dir(p).name}/)",
             f"step {int(d['step'])}, time {float(d['time']):.6g} s, written on {int(d['ranks'])} "
             f"rank(s) as blocks {list(d['blocks'])}",
-            f"bodies: {b.size} (spheres {shapes[0]}, boxes {shapes[1]}, capsules {shapes[2]}, "
-            f"planes {shapes[3]}); touching contacts with springs: {d['history'].size}",
+            f"bodies: {int(shapes.sum())} (spheres {shapes[0]}, boxes {shapes[1]}, capsules "
+            f"{shapes[2]}, planes {shapes[3]}); touching contacts with springs: {springs}",
             f"materials: {', '.join(d['material_names'])}",
             f"config ({d['config_path'] or 'scripted'}):\n" + _indent(d["config"])])
     with Run(p) as run:

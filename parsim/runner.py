@@ -266,7 +266,7 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
     net = Net(auto_comm())
 
     def load_fn():
-        data = checkpoint.read(checkpoint_path)
+        data = checkpoint.read(checkpoint_path, bodies=False)   # restore reads the parts it needs
         try:
             raw = tomllib.loads(data["config"])
         except tomllib.TOMLDecodeError as e:

@@ -152,11 +152,30 @@ def test_restart_on_other_rank_counts(full_run, tmp_path):
                         "--steps", "450", "--checkpoint-every", "150"],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    data = checkpoint.read(two / "checkpoints" / "checkpoint_0000000450.h5")
-    assert data["ranks"] == 2
-    assert restart(str(two / "checkpoints" / "checkpoint_0000000450.h5"), stream=QUIET) == 0
-    a, b = open_run(full_run), open_run(two)
+    ck450 = two / "checkpoints" / "checkpoint_0000000450.h5"
+    data = checkpoint.read(ck450)
+    assert data["ranks"] == 2 and data["blocks"] == (2, 1, 1)
+    # one file per rank: each holds only its own bodies, none goes through rank 0
+    parts = sorted(p.name for p in checkpoint.parts_dir(ck450).iterdir())
+    assert parts == ["rank00000.h5", "rank00001.h5"]
+    sizes = data["part_bodies"]
+    assert sizes.min() > 0 and sizes.sum() + data["common"].size == data["bodies"].size
+    # the same 2 ranks again (each reads only its own part) ...
+    same = tmp_path / "same"
+    shutil.copytree(two, same)
+    r = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "mpi4py", "-m", "parsim",
+                        "restart", str(same / "checkpoints" / "checkpoint_0000000450.h5")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # ... and one rank (reads both parts)
+    assert restart(str(ck450), stream=QUIET) == 0
+    a, b, c = open_run(full_run), open_run(two), open_run(same)
     assert same_state(a.snapshot(600), b.snapshot(600)) == []
+    assert same_state(a.snapshot(600), c.snapshot(600)) == []
+    # a missing part is an error naming it
+    (checkpoint.parts_dir(ck450) / "rank00001.h5").unlink()
+    with pytest.raises(checkpoint.CheckpointError, match="rank00001.h5 is missing"):
+        checkpoint.read(ck450)
 
 
 def test_failed_write_keeps_the_previous_checkpoint(full_run, tmp_path, monkeypatch):
@@ -184,6 +203,8 @@ def test_failed_write_keeps_the_previous_checkpoint(full_run, tmp_path, monkeypa
     monkeypatch.undo()
     assert not target.exists()
     assert not target.with_name(target.name + ".tmp").exists()
+    parts = checkpoint.parts_dir(target)
+    assert not parts.exists() and not parts.with_name(parts.name + ".tmp").exists()
     for p in checkpoint.checkpoints_in(run_dir):
         checkpoint.read(p)
 
@@ -293,6 +314,6 @@ def test_reader_and_info(full_run, capsys):
     assert "snapshots: 4 at steps 0, 200, 400, 600" in out and "status: done" in out
     assert main(["info", str(run.checkpoints[0])]) == 0
     out = capsys.readouterr().out
-    assert "parsim checkpoint, format version 1" in out and "step 300" in out
+    assert "parsim checkpoint, format version 2 (1 part file(s)" in out and "step 300" in out
     assert main(["info", str(full_run / "status")]) == 2
     assert "not a readable HDF5 file" in capsys.readouterr().err
