@@ -121,7 +121,7 @@ class SnapshotWriter:
             g = self._new_group(self.file, name)
             for k in FILE_FIELDS:
                 g.create_dataset(k, data=s[k])
-            self._finish(g, sim, status, [s["uid"].shape[0]], sim.n_contacts)
+            self._finish(g, sim, status, [s["uid"].shape[0]], sim.count_contacts())
             return
         s = sim.state(local=True)
         s["rank"] = np.full(s["uid"].shape[0], self.rank, dtype=np.int32)
@@ -130,7 +130,7 @@ class SnapshotWriter:
             g.create_dataset(k, data=s[k])
         self.part.flush()
         counts = sim.net.allgather(int(s["uid"].shape[0]))
-        contacts = sim.net.isum(sim.n_contacts)
+        contacts = sim.count_contacts()
         if self.file is None:
             return
         g = self._new_group(self.file, name)
