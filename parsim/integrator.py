@@ -81,7 +81,12 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
             for d in range(3):
                 angular_velocity[i, d] += h * torque[i, d] * ii[0]
             w = angular_velocity[i]
-            qn = _rotate(q, w[0], w[1], w[2], dt)
+            if w[0] == 0.0 and w[1] == 0.0 and w[2] == 0.0:
+                # no rotation: _rotate's identity factor changes nothing but the renormalisation
+                s = 1.0 / math.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
+                qn = (q[0] * s, q[1] * s, q[2] * s, q[3] * s)
+            else:
+                qn = _rotate(q, w[0], w[1], w[2], dt)
         else:
             L0 = _angular_momentum(q, inertia[i], angular_velocity[i])
             L = (L0[0] + h * torque[i, 0], L0[1] + h * torque[i, 1], L0[2] + h * torque[i, 2])
