@@ -27,7 +27,7 @@ def scratch(threads: int):
 
 def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass, position,
                         orientation, velocity, angular_velocity, image, table, box, dt,
-                        bounding_radius, shear, touching, pf, pta, ptb, update, t_normals,
+                        bounding_radius, shear, touching, pf, pta, ptb, live, update, t_normals,
                         t_points, t_depths, t_posb, t_work):
     """Like :func:`parsim.contacts.sphere_pair_forces` for the pairs ``sel`` that involve a box
     or a capsule. ``t_*`` are per-thread scratch buffers (:func:`scratch`)."""
@@ -41,7 +41,7 @@ def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass
         count += _general_chunk(sel, ch * size, min(sel.shape[0], (ch + 1) * size), pa, pb,
                                 hist, shape, params, flags, material, mass, position,
                                 orientation, velocity, angular_velocity, image, table, box, dt,
-                                bounding_radius, shear, touching, pf, pta, ptb, update,
+                                bounding_radius, shear, touching, pf, pta, ptb, live, update,
                                 t_normals[ch], t_points[ch], t_depths[ch], t_posb[ch],
                                 t_work[ch], zero)
     return count
@@ -50,7 +50,7 @@ def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass
 @njit(cache=True)
 def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, mass, position,
                    orientation, velocity, angular_velocity, image, table, box, dt,
-                   bounding_radius, shear, touching, pf, pta, ptb, update, normals, points,
+                   bounding_radius, shear, touching, pf, pta, ptb, live, update, normals, points,
                    depths, posb, work, zero):
     count = 0
     for q in range(q0, q1):
@@ -71,7 +71,7 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
         k = collide_into(sa, params[a], position[a], orientation[a], sb, params[b], posb,
                          orientation[b], normals, points, depths, work)
         if k == 0:
-            _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, update)
+            _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, live, update)
             continue
         meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
         kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
@@ -125,6 +125,7 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
         pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz
         pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
         ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz
+        live[p] = 1
     return count
 
 

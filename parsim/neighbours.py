@@ -121,6 +121,7 @@ class NeighbourList:
         self.pf = np.zeros((0, 3))
         self.pta = np.zeros((0, 3))
         self.ptb = np.zeros((0, 3))
+        self.live = np.zeros(0, dtype=np.uint8)        # 1: the pair is in contact
         self.ptr = np.zeros(1, dtype=np.int64)
         self.entry_pair = self.entry_side = empty_i
         self.general = False                           # any pair needing the full narrow phase
@@ -134,7 +135,7 @@ class NeighbourList:
     @property
     def nbytes(self) -> int:
         arrays = (self.in_bp, self.pa, self.pb, self.key_a, self.key_b, self.hist, self.nh,
-                  self.shear, self.touching, self.pf, self.pta, self.ptb, self.ptr,
+                  self.shear, self.touching, self.pf, self.pta, self.ptb, self.live, self.ptr,
                   self.entry_pair, self.entry_side)
         return sum(a.nbytes for a in arrays) + getattr(self.bp, "nbytes", 0)
 
@@ -234,6 +235,7 @@ class NeighbourList:
         self.pf = np.zeros((npairs, 3))
         self.pta = np.zeros((npairs, 3))
         self.ptb = np.zeros((npairs, 3))
+        self.live = np.zeros(npairs, dtype=np.uint8)
         # canonical summation order: per owned, movable body, its pairs by partner key
         no = st.n_owned
         side_a = np.flatnonzero(pa < no)

@@ -609,7 +609,7 @@ class Simulation:
         self.n_contacts = pick(sphere_pair_forces, nl.simple_idx.size)(
             nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material,
             st.mass, st.position, st.velocity, st.angular_velocity, st.image, self.table,
-            self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, update)
+            self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, nl.live, update)
         if nl.general_idx.size:
             threads = numba.config.NUMBA_NUM_THREADS
             if self._scratch is None or self._scratch[0].shape[0] != threads:
@@ -618,11 +618,11 @@ class Simulation:
                 nl.general_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags,
                 st.material, st.mass, st.position, st.orientation, st.velocity,
                 st.angular_velocity, st.image, self.table, self.box, self.dt,
-                st.bounding_radius, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, update,
+                st.bounding_radius, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, nl.live, update,
                 *self._scratch)
         pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry_pair, nl.entry_side, nl.pf,
-                                     nl.pta, nl.ptb, st.flags, st.mass, self.gravity, st.force,
-                                     st.torque)
+                                     nl.pta, nl.ptb, nl.live, st.flags, st.mass, self.gravity,
+                                     st.force, st.torque)
         if self._has_global:
             global_bodies.assemble(st, nl, self.net, self.gravity)
 
