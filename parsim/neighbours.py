@@ -263,15 +263,21 @@ class NeighbourList:
         if uids.size == 0 or self.h_u.size == 0:
             return np.empty(0, dtype=HISTORY)
         sel = np.flatnonzero(np.isin(self.h_u, uids) | np.isin(self.h_v, uids))
+        return self._history_records(sel)
+
+    def _history_records(self, sel: np.ndarray) -> np.ndarray:
+        """The history rows ``sel`` as records, keeping those with a touching point."""
+        sel = sel[_any_touching(sel, self.h_hist, self.h_nh, self.touching)]
         out = np.zeros(sel.size, dtype=HISTORY)
         out["u"], out["v"], out["r"], out["nh"] = (self.h_u[sel], self.h_v[sel], self.h_r[sel],
                                                    self.h_nh[sel])
+        first = self.h_hist[sel]
         for c in range(MAX_POINTS):
             live = c < out["nh"]
-            rows = self.h_hist[sel] + np.minimum(c, out["nh"] - 1)
+            rows = first + np.minimum(c, out["nh"] - 1)
             out["shear"][:, c] = np.where(live[:, None], self.shear[rows], 0.0)
             out["touching"][:, c] = live & self.touching[rows]
-        return out[out["touching"].any(axis=1)]
+        return out
 
     def import_history(self, rec: np.ndarray) -> None:
         """Merge springs that came with migrating bodies into the history carried over at the
@@ -302,9 +308,11 @@ class NeighbourList:
         self.h_hist, self.h_nh = hh[order], hn[order]
 
     def export_touching(self) -> np.ndarray:
-        """The springs of every touching contact (records of :data:`HISTORY`), for checkpoints."""
-        uids = np.union1d(self.h_u, self.h_v)
-        return self.export_history(uids)
+        """The springs of every touching contact (records of :data:`HISTORY`), for checkpoints:
+        every history row, without the uid search of :meth:`export_history`."""
+        if self.h_u.size == 0:
+            return np.empty(0, dtype=HISTORY)
+        return self._history_records(np.arange(self.h_u.size))
 
     def n_touching(self) -> int:
         return int(np.count_nonzero(self.touching))
@@ -317,6 +325,19 @@ class NeighbourList:
         two replicated bodies (evaluated on every rank) counts on rank 0 (``root``) only."""
         return _contact_halves(self.pa, self.pb, self.hist, self.nh, self.touching, st.flags,
                                st.n_owned, root)
+
+
+@njit(cache=True)
+def _any_touching(sel, h_hist, h_nh, touching):
+    """Which history rows ``sel`` have at least one touching contact point."""
+    keep = np.zeros(sel.shape[0], dtype=np.bool_)
+    for i in range(sel.shape[0]):
+        r = sel[i]
+        for c in range(h_hist[r], h_hist[r] + h_nh[r]):
+            if touching[c]:
+                keep[i] = True
+                break
+    return keep
 
 
 @njit(cache=True)
