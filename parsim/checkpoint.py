@@ -28,8 +28,9 @@ longer read.)
 
 A restart builds the simulation from the stored config without its body generators, then
 :func:`restore` loads the bodies: on the same decomposition each rank reads the manifest and its
-own part only; on another one each rank reads every part and keeps the bodies of its block (and
-the springs that touch them). The first rebuild after it neither wraps bodies nor moves the
+own part only; on another one each rank reads the parts of the old blocks that overlap its new
+block (:func:`parts_to_read`) and keeps the bodies of its block (and the springs that touch them:
+the old owner of a body evaluated all of its contacts, so they are in its part). The first rebuild after it neither wraps bodies nor moves the
 reference poses, so the run continues exactly as the uninterrupted one.
 """
 
@@ -315,6 +316,23 @@ def load_parts(data: dict, ranks, keep=None) -> tuple[np.ndarray, np.ndarray]:
     return b, h
 
 
+def parts_to_read(dec, old_blocks) -> list[int]:
+    """The ranks of the checkpoint's decomposition (block counts ``old_blocks`` over the same
+    domain) whose blocks overlap the block of ``dec``: the only parts that can hold bodies this
+    rank owns after a restart on another decomposition. A block owns [lo, hi) on every axis
+    (the edge blocks also what lies beyond the domain), so half-open intervals decide."""
+    from .decomposition import Decomposition
+
+    old_blocks = tuple(int(b) for b in old_blocks)
+    n = old_blocks[0] * old_blocks[1] * old_blocks[2]
+    out = []
+    for r in range(n):
+        old = Decomposition(old_blocks, r, dec.lo, dec.hi, dec.periodic)
+        if np.all(old.block_lo < dec.block_hi) and np.all(dec.block_lo < old.block_hi):
+            out.append(r)
+    return out
+
+
 def restore(sim, data: dict, rains=()) -> None:
     """Load a checkpoint read by :func:`read` (with or without its bodies) into ``sim``
     (collective; a simulation with the same materials and no bodies yet). Each rank keeps the
@@ -360,7 +378,7 @@ def restore(sim, data: dict, rains=()) -> None:
     else:
         error = None
         try:
-            sel, hist = load_parts(data, range(int(data["ranks"])), keep)
+            sel, hist = load_parts(data, parts_to_read(sim.dec, data["blocks"]), keep)
         except CheckpointError as e:
             error = str(e)
         error = net.first_error(error)

@@ -167,15 +167,54 @@ def test_restart_on_other_rank_counts(full_run, tmp_path):
                         "restart", str(same / "checkpoints" / "checkpoint_0000000450.h5")],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+    # ... three ranks (each reads the one or two old parts that overlap its block) ...
+    three = tmp_path / "three"
+    shutil.copytree(two, three)
+    r = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-m", "mpi4py", "-m", "parsim",
+                        "restart", str(three / "checkpoints" / "checkpoint_0000000450.h5")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
     # ... and one rank (reads both parts)
     assert restart(str(ck450), stream=QUIET) == 0
-    a, b, c = open_run(full_run), open_run(two), open_run(same)
+    a, b, c, d = open_run(full_run), open_run(two), open_run(same), open_run(three)
     assert same_state(a.snapshot(600), b.snapshot(600)) == []
     assert same_state(a.snapshot(600), c.snapshot(600)) == []
+    assert same_state(a.snapshot(600), d.snapshot(600)) == []
+    assert set(d.snapshot(600)["rank"].tolist()) == {0, 1, 2}
     # a missing part is an error naming it
     (checkpoint.parts_dir(ck450) / "rank00001.h5").unlink()
     with pytest.raises(checkpoint.CheckpointError, match="rank00001.h5 is missing"):
         checkpoint.read(ck450)
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ((4, 1, 1), (2, 1, 1), [[0, 1], [2, 3]]),
+    ((2, 1, 1), (3, 1, 1), [[0], [0, 1], [1]]),
+    ((3, 1, 1), (2, 1, 1), [[0, 1], [1, 2]]),
+    ((1, 1, 1), (2, 2, 1), [[0], [0], [0], [0]]),
+    ((2, 2, 1), (1, 1, 2), [[0, 1, 2, 3], [0, 1, 2, 3]]),
+    ((2, 2, 2), (2, 2, 2), [[r] for r in range(8)]),
+    ((4, 1, 1), (1, 4, 1), [[0, 1, 2, 3]] * 4),
+])
+def test_restart_reads_only_the_overlapping_parts(old, new, expected):
+    """On another decomposition a rank reads the parts of the old blocks overlapping its own;
+    cuts shared by both decompositions do not pull in the neighbour across them."""
+    from parsim.decomposition import Decomposition
+
+    n = new[0] * new[1] * new[2]
+    got = [checkpoint.parts_to_read(Decomposition(new, r, (0, 0, 0), (1.2, 1.0, 0.7),
+                                                  (True, False, False)), old) for r in range(n)]
+    assert got == expected
+    # the bodies of every old block are read by the rank that owns them now
+    rng = np.random.default_rng(3)
+    pts = rng.uniform((-0.1, 0, 0), (1.3, 1.0, 0.7), (2000, 3))
+    pts = np.concatenate([pts, [[0.6, 0.5, 0.35], [0.4, 0.5, 0.35], [0.0, 0.0, 0.0]]])
+    old_owner = Decomposition(old, 0, (0, 0, 0), (1.2, 1.0, 0.7),
+                              (True, False, False)).owner_rank(pts)
+    new_owner = Decomposition(new, 0, (0, 0, 0), (1.2, 1.0, 0.7),
+                              (True, False, False)).owner_rank(pts)
+    for o, w in zip(old_owner, new_owner):
+        assert o in got[w]
 
 
 def test_failed_write_keeps_the_previous_checkpoint(full_run, tmp_path, monkeypatch):
