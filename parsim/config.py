@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from . import randoms
 from .simulation import Simulation
 
 
@@ -272,7 +273,7 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
                 pour(sim, rains[-1], t)
         else:
             _generate(sim, spec, t)
-    if sim.n_bodies == 0 and not restart:
+    if not restart and sim.count_bodies() == 0:
         raise ConfigError(f"{src}: the configuration creates no bodies; add a [[bodies]] generator")
     return RunConfig(src, text, n_steps, every, progress, seed, sim, rains, ck_every, ck_keep)
 
@@ -295,14 +296,17 @@ def _distribution(t: _Table, key: str):
         a = d.number("min", low=0.0, low_open=True)
         b = d.number("max", low=a)
         d.done()
-        return lambda rng, n: rng.uniform(a, b, n)
+        return _Scale(lambda rng, n: rng.uniform(a, b, n),
+                      lambda key, i: a + (b - a) * randoms.uniform(key, i, 0, _S_SCALE))
     if kind == "lognormal":
         med = d.number("median", low=0.0, low_open=True)
         sig = d.number("sigma", low=0.0)
         a = d.number("min", med * 1e-3, low=0.0, low_open=True)
         b = d.number("max", med * 1e3, low=a)
         d.done()
-        return lambda rng, n: np.clip(med * np.exp(sig * rng.standard_normal(n)), a, b)
+        return _Scale(lambda rng, n: np.clip(med * np.exp(sig * rng.standard_normal(n)), a, b),
+                      lambda key, i: np.clip(med * np.exp(sig * randoms.normal(key, i, _S_SCALE)),
+                                             a, b))
     vals = d.raw("values")
     w = d.raw("weights", None)
     d.done()
@@ -316,7 +320,28 @@ def _distribution(t: _Table, key: str):
         raise d.err("weights", f"must be {len(vals)} numbers >= 0 with a positive sum, got {w!r}")
     p = np.array(w, float) / sum(w)
     v = np.array(vals, float)
-    return lambda rng, n: rng.choice(v, size=n, p=p)
+    cum = np.cumsum(p)
+
+    def pick(key, i):
+        k = np.searchsorted(cum, randoms.uniform(key, i, 0, _S_SCALE), side="right")
+        return v[np.minimum(k, v.size - 1)]
+
+    return _Scale(lambda rng, n: rng.choice(v, size=n, p=p), pick)
+
+
+@dataclass
+class _Scale:
+    """A size-scale distribution: ``draw(rng, n)`` (sequential generators) and
+    ``hashed(key, index)`` (counter-based, per body index: the lattice generator)."""
+    draw: object
+    hashed: object
+
+    def __call__(self, rng, n):
+        return self.draw(rng, n)
+
+
+# streams of the counter-based draws of the lattice generator (parsim/randoms.py)
+_S_SCALE, _S_JITTER, _S_VELOCITY, _S_ORIENT = 0, 1, 4, 7
 
 
 def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
@@ -427,22 +452,85 @@ def _generate(sim: Simulation, spec: dict, t: _Table) -> None:
         return
     rlo, rhi = spec["region"]
     if kind == "lattice":
-        a = spec["spacing"]
-        counts = np.floor((rhi - rlo) / a + 1e-9).astype(int)
-        if (counts < 1).any():
-            raise t.err("spacing", f"{a} is larger than the region {(rhi - rlo).tolist()}")
-        g = np.stack(np.meshgrid(*[np.arange(c) for c in counts], indexing="ij"), -1)
-        centers = rlo + (g.reshape(-1, 3) + 0.5) * a
-        size = _sizes(spec, rng, centers.shape[0])
-        rb = _bounding(spec["shape"], size)
-        if (2 * rb > a * (1 + 1e-12)).any():
-            raise t.err("spacing", f"{a} is smaller than the largest body's bounding diameter "
-                                   f"{2 * rb.max():.4g}: bodies would overlap")
-        if spec["jitter"]:
-            centers = centers + spec["jitter"] * rng.uniform(-1, 1, centers.shape)
-        _place(sim, spec, t, centers, size, rng)
+        _lattice(sim, spec, t, rlo, rhi)
         return
     _random_batch(sim, spec, t, spec["count"])
+
+
+def _lattice_axis(c0, a, count, blo, bhi, jitter, lo, hi, periodic) -> np.ndarray:
+    """Indices i of lattice coordinates c0 + (i + 1/2) a (0 <= i < count) that may land, after
+    a jitter of at most ``jitter`` and a periodic wrap, in the block [blo, bhi) (a superset:
+    the ownership test decides)."""
+    reach = [(blo - jitter, bhi + jitter)]
+    if periodic:
+        length = hi - lo
+        reach += [(blo - jitter - length, bhi + jitter - length),
+                  (blo - jitter + length, bhi + jitter + length)]
+    keep = []
+    for x0, x1 in reach:
+        f0 = np.clip((x0 - c0) / a - 0.5, -1.0, count + 1.0)
+        f1 = np.clip((x1 - c0) / a - 0.5, -1.0, count + 1.0)
+        # c0 + (i + 1/2) a in [x0, x1]  <=>  f0 <= i <= f1 (a millionth of a spacing slack)
+        i0, i1 = max(0, math.ceil(f0 - 1e-6)), min(count, math.floor(f1 + 1e-6) + 1)
+        if i1 > i0:
+            keep.append(np.arange(i0, i1))
+    return np.unique(np.concatenate(keep)) if keep else np.empty(0, dtype=np.int64)
+
+
+def _lattice(sim, spec, t, rlo, rhi) -> None:
+    """A simple cubic lattice filling the region, made rank-locally: each rank computes only the
+    lattice points that can end up in its block, with counter-based random numbers keyed by the
+    point's index (sizes, jitter, velocities, orientations), and adds them with uids
+    ``first uid + index``; so no rank holds the whole lattice and the bodies are the same bits
+    on any number of ranks."""
+    a = spec["spacing"]
+    counts = np.floor((rhi - rlo) / a + 1e-9).astype(np.int64)
+    if (counts < 1).any():
+        raise t.err("spacing", f"{a} is larger than the region {(rhi - rlo).tolist()}")
+    key = int(spec["rng"].integers(0, 2**62))
+    dec = sim.dec
+    axes = [_lattice_axis(rlo[d], a, int(counts[d]), dec.block_lo[d], dec.block_hi[d],
+                          spec["jitter"], sim.lo[d], sim.hi[d], bool(sim.periodic[d]))
+            for d in range(3)]
+    g = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
+    index = (g[:, 0] * counts[1] + g[:, 1]) * counts[2] + g[:, 2]
+    centers = rlo + (g + 0.5) * a
+    size = np.repeat(spec["size"][None, :], index.size, axis=0)
+    if spec["scale"] is not None:
+        size = size * spec["scale"].hashed(key, index)[:, None]
+    rb = _bounding(spec["shape"], size)
+    msg = None
+    if index.size and (2 * rb > a * (1 + 1e-12)).any():
+        msg = (f"{a} is smaller than the largest body's bounding diameter {2 * rb.max():.4g}: "
+               "bodies would overlap")
+    msg = sim.net.first_error(msg)
+    if msg is not None:
+        raise t.err("spacing", msg)
+    if spec["jitter"]:
+        u = np.stack([randoms.uniform(key, index, 0, _S_JITTER + k) for k in range(3)], 1)
+        centers = centers + spec["jitter"] * (2.0 * u - 1.0)
+    v = np.broadcast_to(spec["velocity"], centers.shape)
+    if spec["random_velocity"]:
+        u = np.stack([randoms.uniform(key, index, 0, _S_VELOCITY + k) for k in range(3)], 1)
+        v = v + spec["random_velocity"] * (2.0 * u - 1.0)
+    q = None
+    if spec["random_orientation"]:
+        q = np.stack([randoms.normal(key, index, _S_ORIENT + k) for k in range(4)], 1)
+        q /= np.linalg.norm(q, axis=1)[:, None]
+    first = sim.next_uid
+    uids = first + index
+    shape, mat, fx = spec["shape"], spec["material"], spec["fixed"]
+    if shape == "sphere":
+        _add(t, "shape", lambda: sim.add_spheres(centers, size[:, 0], mat, velocities=v,
+                                                 fixed=fx, uids=uids))
+    elif shape == "box":
+        _add(t, "shape", lambda: sim.add_boxes(centers, size, mat, orientations=q,
+                                               velocities=v, fixed=fx, uids=uids))
+    else:
+        _add(t, "shape", lambda: sim.add_capsules(centers, size[:, 0], size[:, 1], mat,
+                                                  orientations=q, velocities=v, fixed=fx,
+                                                  uids=uids))
+    sim._next_uid = first + int(np.prod(counts))      # the lattice's whole uid range
 
 
 def _random_batch(sim, spec, t, count) -> int:

@@ -42,6 +42,8 @@ import traceback
 
 import numpy as np
 
+from .randoms import uniform  # counter-based: u(seed, uid, step, stream) in [0, 1)
+
 # ---- body population (all lengths in the same arbitrary unit) ---------------------------------
 HALF_EXTENT_MIN = 0.5   #: smallest sphere radius / box size parameter
 HALF_EXTENT_MAX = 2.0   #: largest half-extent of any body along any axis
@@ -60,50 +62,6 @@ _STREAM_SIZE = 3
 _STREAM_KIND = 4
 _STREAM_ASPECT = (5, 6, 7)
 _CHUNK = 1 << 20  # uids generated at once during the initial placement
-
-
-# ------------------------------------------------------------------------------------------------
-# counter-based random numbers: u(seed, uid, step, stream) in [0, 1)
-# ------------------------------------------------------------------------------------------------
-
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
-
-
-def _splitmix_int(z: int) -> int:
-    z = (z + _GOLDEN) & _MASK64
-    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
-    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
-    return z ^ (z >> 31)
-
-
-def _splitmix_array(z: np.ndarray) -> np.ndarray:
-    # uint64 array arithmetic wraps modulo 2**64, which is what splitmix64 wants.
-    z = z + np.uint64(_GOLDEN)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
-    return z ^ (z >> np.uint64(31))
-
-
-def uniform(seed: int, uid: np.ndarray, step: int, stream: int) -> np.ndarray:
-    """Uniform numbers in [0, 1), one per uid, a pure function of ``(seed, uid, step, stream)``.
-
-    Parameters
-    ----------
-    seed, step, stream : int
-        Non-negative integers selecting the draw.
-    uid : int64[n]
-        Global body ids.
-
-    Returns
-    -------
-    float64[n]
-    """
-    key = _splitmix_int(_splitmix_int(_splitmix_int(seed & _MASK64) ^ step) ^ stream)
-    z = _splitmix_array(np.asarray(uid, dtype=np.int64).astype(np.uint64) ^ np.uint64(key))
-    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -233,8 +233,36 @@ class Simulation:
         return self._table
 
     # ---- bodies ------------------------------------------------------------------------------
+    @property
+    def next_uid(self) -> int:
+        """The first uid of the next collective add: one past every uid given so far."""
+        return self._next_uid
+
     def _add(self, shape: int, params: np.ndarray, centers, orientations, velocities,
-             angular_velocities, material, fixed: bool) -> np.ndarray:
+             angular_velocities, material, fixed: bool, uids=None) -> np.ndarray:
+        if uids is None:
+            return self._add_bodies(shape, params, centers, orientations, velocities,
+                                    angular_velocities, material, fixed, None)
+        # rank-local: every rank calls, each with its own bodies; errors are agreed on first
+        # so that a bad body on one rank raises the same error on all of them
+        try:
+            values = self._add_bodies(shape, params, centers, orientations, velocities,
+                                      angular_velocities, material, fixed, uids)
+            msg = None
+        except ValueError as e:
+            values, msg = None, str(e)
+        msg = self.net.first_error(msg)
+        if msg is not None:
+            raise ValueError(msg)
+        given = np.asarray(uids, dtype=np.int64).reshape(-1)
+        top = np.array([self._next_uid if given.size == 0
+                        else max(self._next_uid, int(given.max()) + 1)], dtype=np.int64)
+        self._next_uid = int(self.net.allreduce_array(top, "max")[0])
+        self.st.append_owned(values)
+        return values["uid"].copy()
+
+    def _add_bodies(self, shape, params, centers, orientations, velocities, angular_velocities,
+                    material, fixed, uids):
         mat = self._material(material)
         name = SHAPE_NAMES[shape]
         centers = _rows(centers, params.shape[0], f"{name} centers")
@@ -260,7 +288,7 @@ class Simulation:
                 i = int(np.flatnonzero(out)[0])
                 raise ValueError(f"{name} {i} at {tuple(centers[i])} lies outside the domain "
                                  f"[{tuple(self.lo)}, {tuple(self.hi)}) on a non-periodic axis")
-        if self._next_uid + n > MAX_UID:
+        if uids is None and self._next_uid + n > MAX_UID:
             raise ValueError("too many bodies: uids exhausted")
         mass, inertia = _mass_properties(shape, params, mat.density)
         flags = np.zeros(n, dtype=np.uint8)
@@ -272,8 +300,25 @@ class Simulation:
         if shape != PLANE and self.net.size > 1:
             flags[rb > self.global_radius] |= GLOBAL
         movable = (flags & FIXED) == 0
-        uid = np.arange(self._next_uid, self._next_uid + n, dtype=np.int64)
-        self._next_uid += n
+        if uids is None:
+            uid = np.arange(self._next_uid, self._next_uid + n, dtype=np.int64)
+            self._next_uid += n
+        else:
+            uid = np.asarray(uids, dtype=np.int64).reshape(-1)
+            if uid.shape[0] != n:
+                raise ValueError(f"{name} uids: one per body ({n}), got {uid.shape[0]}")
+            if n and (uid.min() < self._next_uid or uid.max() > MAX_UID):
+                raise ValueError(f"{name} uids must lie in [{self._next_uid}, {MAX_UID}] (the "
+                                 f"uids in use end below {self._next_uid}), got "
+                                 f"[{uid.min()}, {uid.max()}]")
+            if n > 1 and (np.diff(np.sort(uid)) == 0).any():
+                raise ValueError(f"{name} uids must be unique")
+            if (flags & GLOBAL).any():
+                i = int(np.flatnonzero(flags & GLOBAL)[0])
+                raise ValueError(f"{name} uid {uid[i]} (bounding radius {rb[i]:.4g}) is larger "
+                                 f"than the blocks allow ({self.global_radius:.4g}); bodies "
+                                 "that every rank must know are added by a collective call "
+                                 "without uids")
         self._clear_shadows()
         wraps = np.zeros((n, 3), dtype=np.int32)
         if self.periodic.any():
@@ -296,15 +341,27 @@ class Simulation:
             mine = self.dec.owns(centers) | ((flags & GLOBAL) != 0)
             values = {k: np.ascontiguousarray(np.broadcast_to(a, (n,) + np.shape(a)[1:])[mine])
                       for k, a in values.items()}
-        self.st.append_owned(values)
         self._expected_uids = None
         self._ready = False
         self._restart_exact = False       # a setup after adding bodies evaluates forces anew
+        if uids is not None:
+            return values
+        self.st.append_owned(values)
         return uid
 
     def add_spheres(self, centers, radii, material, velocities=None, angular_velocities=None,
-                    fixed: bool = False) -> np.ndarray:
-        """Add n spheres (centers float[n, 3], radii float[n]); returns their uids."""
+                    fixed: bool = False, uids=None) -> np.ndarray:
+        """Add n spheres (centers float[n, 3], radii float[n]); returns their uids.
+
+        Collective: by default every rank passes the same n bodies, which get the next n uids,
+        and each rank keeps those in its block. With ``uids`` (int64[n], unique, not below
+        :attr:`next_uid`) the call is *rank-local*: each rank passes bodies of its own choosing
+        (typically those in or near its block), each is kept by the rank whose block holds its
+        centre, the others drop it; that rank must be among those passing it, and a body passed
+        by several ranks must be passed identically.
+        Afterwards :attr:`next_uid` is one past the largest uid given on any rank. This is how
+        a large run is built without any rank holding every body (the config's lattice
+        generator does it); bodies larger than a block allows must be added collectively."""
         r = np.atleast_1d(np.asarray(radii, dtype=np.float64))
         c = np.asarray(centers, dtype=np.float64)
         if r.shape[0] == 1 and c.ndim == 2:           # one radius for all
@@ -312,7 +369,7 @@ class Simulation:
         params = np.zeros((r.shape[0], 3))
         params[:, 0] = r
         return self._add(SPHERE, params, centers, None, velocities, angular_velocities,
-                         material, fixed)
+                         material, fixed, uids)
 
     def add_sphere(self, center, radius, material, velocity=(0, 0, 0),
                    angular_velocity=(0, 0, 0), fixed: bool = False) -> int:
@@ -321,12 +378,13 @@ class Simulation:
                                     [angular_velocity], fixed)[0])
 
     def add_boxes(self, centers, half_extents, material, orientations=None, velocities=None,
-                  angular_velocities=None, fixed: bool = False) -> np.ndarray:
-        """Add n boxes (half_extents float[n, 3] along the body axes); returns their uids."""
+                  angular_velocities=None, fixed: bool = False, uids=None) -> np.ndarray:
+        """Add n boxes (half_extents float[n, 3] along the body axes); returns their uids
+        (``uids``: a rank-local call, see :meth:`add_spheres`)."""
         c = np.asarray(centers, dtype=np.float64)
         he = _rows(half_extents, c.shape[0] if c.ndim == 2 else 1, "box half_extents")
         return self._add(BOX, he.copy(), centers, orientations, velocities,
-                         angular_velocities, material, fixed)
+                         angular_velocities, material, fixed, uids)
 
     def add_box(self, center, half_extents, orientation=(1, 0, 0, 0), material=None,
                 velocity=(0, 0, 0), angular_velocity=(0, 0, 0), fixed: bool = False) -> int:
@@ -335,9 +393,11 @@ class Simulation:
                                   [velocity], [angular_velocity], fixed)[0])
 
     def add_capsules(self, centers, radii, lengths, material, orientations=None,
-                     velocities=None, angular_velocities=None, fixed: bool = False) -> np.ndarray:
+                     velocities=None, angular_velocities=None, fixed: bool = False,
+                     uids=None) -> np.ndarray:
         """Add n capsules: a cylinder of ``length`` (along the body x axis) and ``radius`` with
-        hemispherical caps; returns their uids."""
+        hemispherical caps; returns their uids (``uids``: a rank-local call, see
+        :meth:`add_spheres`)."""
         c = np.asarray(centers, dtype=np.float64)
         n = c.shape[0] if c.ndim == 2 else 1
         r, ln = np.broadcast_arrays(np.atleast_1d(np.asarray(radii, dtype=np.float64)),
@@ -350,7 +410,7 @@ class Simulation:
         if not (ln > 0).all():
             raise ValueError(f"capsule lengths must be > 0, got {ln[~(ln > 0)][:1]}")
         return self._add(CAPSULE, params, centers, orientations, velocities,
-                         angular_velocities, material, fixed)
+                         angular_velocities, material, fixed, uids)
 
     def add_capsule(self, center, radius, length, orientation=(1, 0, 0, 0), material=None,
                     velocity=(0, 0, 0), angular_velocity=(0, 0, 0), fixed: bool = False) -> int:

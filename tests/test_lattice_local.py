@@ -1,0 +1,149 @@
+"""The config's lattice generator builds rank-locally (each rank makes only the lattice points
+that can land in its block, with counter-based random numbers): the bodies must be the serial
+bodies, bit for bit, and no point may be lost at a block border or a periodic seam."""
+
+from __future__ import annotations
+
+import tomllib
+
+import numpy as np
+import pytest
+
+import parsim
+from parsim.config import _lattice_axis, build
+from parsim.decomposition import Decomposition
+
+CONFIG = """
+[simulation]
+dt = 1e-5
+steps = 10
+seed = 11
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [1.0, 0.6, 0.5]
+periodic = [true, true, false]
+
+[[materials]]
+name = "m"
+density = 1000.0
+restitution = 0.5
+collision_time = 1e-3
+
+[[bodies]]              # boxes jittered across block borders and the periodic seams
+kind = "lattice"
+shape = "box"
+half_extents = [0.02, 0.015, 0.01]
+spacing = 0.1
+jitter = 0.06
+random_velocity = 0.5
+region = [[0.0, 0.0, 0.1], [1.0, 0.6, 0.3]]
+
+[[bodies]]
+kind = "lattice"
+shape = "sphere"
+radius = 0.02
+scale = { distribution = "lognormal", median = 1.0, sigma = 0.3, min = 0.5, max = 1.5 }
+spacing = 0.07
+jitter = 0.004
+region = [[0.0, 0.0, 0.3], [1.0, 0.6, 0.4]]
+
+[[bodies]]
+kind = "lattice"
+shape = "capsule"
+radius = 0.01
+length = 0.03
+scale = { distribution = "choice", values = [0.5, 1.0], weights = [1, 2] }
+spacing = 0.1
+velocity = [0.0, 0.0, -1.0]
+region = [[0.03, 0.0, 0.4], [0.98, 0.6, 0.5]]
+"""
+
+FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity", "angular_velocity",
+          "mass", "material", "flags", "wraps")
+
+
+def test_lattice_axis_covers_every_point_that_can_land_in_the_block():
+    """Brute force over jitters and blocks: every lattice index whose jittered, wrapped
+    coordinate falls in [blo, bhi) is among the candidates."""
+    rng = np.random.default_rng(0)
+    lo, hi, a, c0, count = 0.0, 1.0, 0.1, 0.0, 10
+    for periodic in (False, True):
+        for blo, bhi in ((0.0, 0.5), (0.5, 1.0), (0.25, 0.6), (0.0, 1.0), (0.9, 1.0)):
+            for jitter in (0.0, 0.03, 0.06):
+                cand = set(_lattice_axis(c0, a, count, blo, bhi, jitter, lo, hi, periodic))
+                x = c0 + (np.arange(count) + 0.5) * a
+                for _ in range(200):
+                    y = x + jitter * rng.uniform(-1, 1, count)
+                    if periodic:
+                        y = y - np.floor((y - lo) / (hi - lo)) * (hi - lo)
+                    inside = np.flatnonzero((y >= blo) & (y < bhi))
+                    assert set(inside.tolist()) <= cand, (periodic, blo, bhi, jitter)
+                # and a block of half the domain makes about half of the points
+                if (blo, bhi) == (0.0, 0.5) and jitter == 0.0:
+                    assert len(cand) <= 6
+    # unbounded axis, one block
+    assert _lattice_axis(0.0, 0.1, 10, -np.inf, np.inf, 0.0, -np.inf, np.inf, False).tolist() \
+        == list(range(10))
+
+
+def test_serial_lattice_has_every_point_once():
+    """The serial build (one block: the whole domain): every lattice point once, uids in
+    lattice order, the boxes jittered across the seam at x = 0 wrapped to the other side."""
+    data = tomllib.loads(CONFIG)
+    whole = build(data, comm=None).sim.state()
+    n = whole["uid"].size
+    assert n == 10 * 6 * 2 + 14 * 8 * 1 + 9 * 6 * 1
+    assert np.array_equal(whole["uid"], np.arange(n))
+    # the jitter moved some boxes across the periodic seam at x = 0 (wrapped, counted)
+    boxes = whole["shape"] == 1
+    assert (whole["wraps"][boxes, 0] != 0).any()
+    assert (whole["position"][:, 0] >= 0.0).all() and (whole["position"][:, 0] < 1.0).all()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_rank_local_lattice_equals_the_serial_one(comm):
+    data = tomllib.loads(CONFIG)
+    serial = build(data, comm=None).sim.state() if comm.rank == 0 else None
+    sim = build(data).sim
+    mine = int(sim.st.n_owned)
+    everyone = sim.state(gather=True)
+    counts = comm.gather(mine, root=0)
+    found = None
+    if comm.rank == 0:
+        found = ([k for k in FIELDS if not np.array_equal(serial[k], everyone[k])],
+                 int(serial["uid"].size), int(everyone["uid"].size), counts)
+    found = comm.bcast(found, root=0)
+    differ, n_serial, n_par, counts = found
+    assert n_par == n_serial
+    assert differ == []
+    assert min(counts) > 0
+    assert sim.next_uid == n_serial
+
+
+@pytest.mark.mpi(min_size=2)
+def test_rank_local_add_keeps_each_body_once(comm):
+    """Simulation.add_spheres(uids=...): ranks pass overlapping sets; each body is kept by its
+    owner only; next_uid is agreed; a bad uid on one rank is an error on every rank."""
+    sim = parsim.Simulation(dt=1e-4, domain=([0, 0, 0], [1, 1, 1]), periodic=(True,) * 3)
+    m = sim.add_material("m", 1000.0, restitution=0.5, collision_time=1e-3)
+    x = (np.arange(40) + 0.5) / 40
+    pos = np.stack([x, np.full(40, 0.5), np.full(40, 0.5)], 1)
+    uids = 1000 + np.arange(40)
+    # every rank passes a different, overlapping window (rank r: bodies 0 .. 40 - r)
+    k = 40 - comm.rank
+    sim.add_spheres(pos[:k], 0.01, m, uids=uids[:k])
+    state = sim.state(gather=True)
+    got = comm.bcast(None if state is None else state["uid"].tolist(), root=0)
+    assert sim.next_uid == 1040
+    # bodies 40 - r .. 39 are passed by ranks 0 .. r-1 only; their owner may have missed them,
+    # so only check the bodies everyone passed, and that nothing is duplicated
+    passed_by_all = set(range(1000, 1000 + 40 - comm.size + 1))
+    assert passed_by_all <= set(got)
+    assert len(got) == len(set(got))
+    error = None
+    try:
+        sim.add_spheres(pos[:1], 0.01, m, uids=[5] if comm.rank == comm.size - 1 else [2000])
+    except ValueError as e:
+        error = str(e)
+    assert error is not None and "uids must lie in" in error
