@@ -1,14 +1,19 @@
 """parsim's full DEM step side by side with LIGGGHTS and LAMMPS on the peers' scenarios.
 
-Scenarios (``../shared/bench/README.md``; identical contact law: LAMMPS gran/hooke/history,
+Scenarios (``scripts/peers/README.md``; identical contact law: LAMMPS gran/hooke/history,
 kn = 1e5, kt = 2/7 kn, gamma_n = 41.4314 1/s, gamma_t = gamma_n/2, mu = 0.5, dt = 1e-4, skin 0.1):
 
 * S1w - colliding granular gas: n^3 spheres on a simple cubic lattice (spacing 1.25) in a fully
   periodic cube, velocities uniform in [-1, 1]^3 (each code its own random numbers), no gravity;
   ``--warm`` untimed steps, then ``--steps`` timed;
-* S2b - the dense settled bed (``bed_n20.npz`` / ``bed_n40.npz``, the peers' start state) on a
-  floor plane under gravity, periodic in x and y; ``--steps`` timed steps. The translational
-  kinetic energy at the end is compared between the codes.
+* S2b - the dense settled bed (``configs/data/bed_n20.npz`` / ``bed_n40.npz``, the peers' start
+  state) on a floor plane under gravity, periodic in x and y; ``--steps`` timed steps. The peers
+  read the bed from a LAMMPS data file written from the npz into the run's temporary directory
+  (``write_lammps_data``). The translational kinetic energy at the end is compared between the
+  codes.
+
+The peers' input scripts are in ``scripts/peers/``; ``PARSIM_PEER_INPUTS=DIR`` reads the scripts
+and ``bed_n*.npz`` from DIR instead.
 
 Each code runs on one MPI rank; parsim with 1 numba thread (the like-for-like comparison) and with
 all cores (``--threads``). Every parsim run is a fresh subprocess (the thread count is fixed when
@@ -39,7 +44,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-BENCH = (REPO / ".." / "shared" / "bench").resolve()
+# the peers' input scripts and the settled beds (PARSIM_PEER_INPUTS=DIR: both from DIR)
+_OVERRIDE = os.environ.get("PARSIM_PEER_INPUTS")
+PEERS = Path(_OVERRIDE).resolve() if _OVERRIDE else REPO / "scripts" / "peers"
+BEDS = Path(_OVERRIDE).resolve() if _OVERRIDE else REPO / "configs" / "data"
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import machine_info, md_table, text_table  # noqa: E402
 
@@ -49,6 +57,37 @@ KN, GN, MU, DT, SKIN = 1e5, 41.4314, 0.5, 1e-4, 0.1
 # ------------------------------------------------------------------------------------------
 # peers
 # ------------------------------------------------------------------------------------------
+def bed_npz(n_side: int) -> Path:
+    """S2b's settled bed of n_side^3 spheres (parsim's start state, and the peers' via
+    write_lammps_data)."""
+    return BEDS / f"bed_n{n_side}.npz"
+
+
+def write_lammps_data(npz_path, out_path) -> Path:
+    """Write the bed in ``npz_path`` as the LAMMPS data file the peers read (``read_data``; atom
+    style sphere in LAMMPS, granular in LIGGGHTS): header with the atom count, one atom type and
+    the box; ``Atoms # sphere`` rows ``id type diameter density x y z ix iy iz``; ``Velocities``
+    rows ``id vx vy vz wx wy wz``. Floats are written with repr(), so they read back as the same
+    float64 values. Atoms in the npz's (uid) order; image flags 0 (the npz holds wrapped
+    positions and no image flags; they do not enter the dynamics)."""
+    out_path = Path(out_path)
+    with np.load(npz_path) as f:
+        uid, dia, rho = f["uid"].tolist(), f["diameter"].tolist(), f["density"].tolist()
+        pos, vel, ang, box = (f["position"].tolist(), f["velocity"].tolist(),
+                              f["angular_velocity"].tolist(), f["box"].tolist())
+    lines = [f"LAMMPS data file written by scripts/bench_dem.py from {Path(npz_path).name}", "",
+             f"{len(uid)} atoms", "1 atom types", ""]
+    lines += [f"{lo!r} {hi!r} {ax}lo {ax}hi" for (lo, hi), ax in zip(box, "xyz")]
+    lines += ["", "Atoms # sphere", ""]
+    lines += [f"{i} 1 {d!r} {r!r} {x!r} {y!r} {z!r} 0 0 0"
+              for i, d, r, (x, y, z) in zip(uid, dia, rho, pos)]
+    lines += ["", "Velocities", ""]
+    lines += [f"{i} {a!r} {b!r} {c!r} {u!r} {v!r} {w!r}"
+              for i, (a, b, c), (u, v, w) in zip(uid, vel, ang)]
+    out_path.write_text("\n".join(lines) + "\n")
+    return out_path
+
+
 def peer_binary(tool: str) -> str | None:
     return shutil.which({"lammps": "lmp", "liggghts": "liggghts"}[tool])
 
@@ -57,15 +96,15 @@ def run_peer(tool: str, scenario: str, n_side: int, steps: int, warm: int) -> di
     exe = peer_binary(tool)
     if exe is None:
         return {"error": f"{tool} not installed"}
-    src = BENCH / ({"S1w": "s1_gas", "S2b": "s2b_bed"}[scenario] + (".lammps" if tool == "lammps" else ".liggghts"))
+    src = PEERS / ({"S1w": "s1_gas", "S2b": "s2b_bed"}[scenario] + (".lammps" if tool == "lammps" else ".liggghts"))
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(src, tmp)
         args = ["-in", src.name, "-var", "steps", str(steps)]
         if scenario == "S1w":
             args += ["-var", "n", str(n_side), "-var", "warm", str(warm)]
         else:
-            data = BENCH / f"bed_n{n_side}.data"
-            args += ["-var", "data", str(data)]
+            data = write_lammps_data(bed_npz(n_side), Path(tmp) / f"bed_n{n_side}.data")
+            args += ["-var", "data", data.name]
         mpirun = ["mpirun", "-np", "1"]
         if os.geteuid() == 0:
             mpirun += ["--allow-run-as-root", "--oversubscribe"]
@@ -104,7 +143,7 @@ def build_parsim(scenario: str, n_side: int):
         sim.add_spheres((g + 0.5) * 1.25, np.full(len(g), 0.5), m,
                         velocities=rng.uniform(-1, 1, (len(g), 3)))
         return sim
-    with np.load(BENCH / f"bed_n{n_side}.npz") as f:
+    with np.load(bed_npz(n_side)) as f:
         pos, vel, ang, dia, box = (f["position"], f["velocity"], f["angular_velocity"],
                                    f["diameter"], f["box"])
     sim = parsim.Simulation(dt=DT, gravity=(0, 0, -9.81), domain=(box[:, 0], box[:, 1]),
@@ -251,7 +290,7 @@ def report(results, peers, threads, info, command, out: Path) -> None:
         "# DEM step: parsim vs LIGGGHTS and LAMMPS",
         "",
         "Generated by `scripts/bench_dem.py` (scenarios, law and method in its docstring and in",
-        "`../shared/bench/README.md`). Every code on one MPI rank; parsim also with all cores as numba",
+        "`scripts/peers/README.md`). Every code on one MPI rank; parsim also with all cores as numba",
         "threads. Shared machines are noisy (repeats differ by up to ~30 %); the ratios come from the",
         "same run.",
         "",
