@@ -359,25 +359,19 @@ uid, and the springs of its touching contacts) and fsyncs it; rank 0 writes only
 (config, materials, replicated bodies such as planes, per-part counts). No body goes through rank
 0, so the write scales with the ranks' file-system bandwidth, not with rank 0's memory. The costs
 that remain per checkpoint: two fsyncs on the critical path (parts, then manifest, plus two
-directory fsyncs), and a restart on a *different* decomposition makes every rank read every part
-(O(total bodies) read and memory per rank) before keeping its block — fine at 1e6 bodies
-(~{(big[0]['ckpt_bytes'] if big else 0) / MB:.0f} MB), a problem at 1e8 bodies or hundreds of
-ranks.
+directory fsyncs). A restart on a *different* decomposition makes each rank read the parts of
+the old blocks overlapping its new block (`checkpoint.parts_to_read`), not every part.
 
-## Where the checkpoint time goes (profile, 2026-11-23, git c1e85aa, 1e5 bodies, 1 rank)
+## Where the checkpoint time went, and what changed
 
-`cProfile` of one `checkpoint.write` (1.01 s): `_local_state` 0.84 s, of which
-`NeighbourList.export_touching` 0.74 s (`np.union1d` of all uids 0.13 s, then
-`export_history(all uids)`: two `np.isin` against every uid and a per-contact-point loop of
-fancy-indexed copies into a structured array, 0.61 s); `records()` (storage -> structured
-records) 0.07 s; the HDF5 writes of the part 0.15 s; the four fsyncs 0.03 s. So the checkpoint
-is CPU-bound in the spring export, not I/O-bound: its MB/s is far below the `dd + fsync` line,
-and it grows to ~15 s at 1e6 bodies on one rank. The cheap win is in `parsim/neighbours.py`
-(not this benchmark's to edit): an `export_touching` that selects every touching record
-directly (`np.flatnonzero(touching)` over the history rows, no `union1d`/`isin`, one vectorised
-gather per field) instead of going through `export_history(all uids)`. The snapshot path
-(`sim.state()` copies + uid sort, `count_contacts`, 12 datasets, XDMF rewrite) is ~0.2-0.3x of
-a plain h5py write of the same bytes, but already well under one step.
+Profile (cProfile, 2026-11-23, git c1e85aa, 1e5 bodies, 1 rank) of one `checkpoint.write`
+(1.01 s): `NeighbourList.export_touching` 0.74 s (`np.union1d` of all uids, then two `np.isin`
+against every uid and fancy-indexed copies of every history row into a structured array). Since
+git 3cb2b03 `export_touching` takes every history row without the uid search and a kernel picks
+the touching rows before the copies: the same profile gives 0.39 s per write (0.86 s before, on
+that run). The snapshot path (`sim.state()` copies + uid sort, `count_contacts`, 12 datasets,
+XDMF rewrite) is ~0.2-0.3x of a plain h5py write of the same bytes, but already well under one
+step.
 
 ## Raw numbers
 
