@@ -14,7 +14,7 @@ from numba import njit, prange
 from .parallel import dual
 
 from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _with_rolling,
-                       contact_force, effective_mass, relative_shift)
+                       contact_force, effective_mass, relative_shift, vec)
 from .narrowphase import WORK_SIZE, collide_into
 from .shapes import PLANE, SPHERE
 
@@ -31,7 +31,6 @@ def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass
                         t_points, t_depths, t_posb, t_work):
     """Like :func:`parsim.contacts.sphere_pair_forces` for the pairs ``sel`` that involve a box
     or a capsule. ``t_*`` are per-thread scratch buffers (:func:`scratch`)."""
-    zero = np.zeros(3)
     count = 0
     # one chunk of pairs per scratch row (no thread ids: chunks are independent, so the result
     # does not depend on how they are scheduled)
@@ -43,7 +42,7 @@ def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass
                                 orientation, velocity, angular_velocity, image, table, box, dt,
                                 bounding_radius, shear, touching, pf, pta, ptb, live, update,
                                 t_normals[ch], t_points[ch], t_depths[ch], t_posb[ch],
-                                t_work[ch], zero)
+                                t_work[ch])
     return count
 
 
@@ -51,7 +50,7 @@ def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass
 def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, mass, position,
                    orientation, velocity, angular_velocity, image, table, box, dt,
                    bounding_radius, shear, touching, pf, pta, ptb, live, update, normals, points,
-                   depths, posb, work, zero):
+                   depths, posb, work):
     count = 0
     for q in range(q0, q1):
         p = sel[q]
@@ -75,11 +74,12 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
             continue
         meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
         kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
-        vb = velocity[b]
-        wb = angular_velocity[b]
-        if sb == PLANE:
-            vb = zero
-            wb = zero
+        va = vec(velocity, a)
+        wa = vec(angular_velocity, a)
+        vb = wb = (0.0, 0.0, 0.0)
+        if sb != PLANE:
+            vb = vec(velocity, b)
+            wb = vec(angular_velocity, b)
         fx = fy = fz = 0.0
         tax = tay = taz = 0.0
         tbx = tby = tbz = 0.0
@@ -103,10 +103,11 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
             ra_ = bounding_radius[a]
             hz = _hertz_factor(table, material[a], material[b], depths[c],
                                ra_ * rbb / (ra_ + rbb) if rbb > 0.0 else ra_)
-            cfx, cfy, cfz, fn = contact_force(nx, ny, nz, depths[c], lax, lay, laz, lbx, lby,
-                                              lbz, velocity[a], angular_velocity[a], vb, wb,
-                                              meff, kn * hz, gn * hz, kt * hz, gt * hz, mu, dt,
-                                              shear, h + c, update)
+            cfx, cfy, cfz, fn, sx, sy, sz = contact_force(
+                nx, ny, nz, depths[c], lax, lay, laz, lbx, lby, lbz, va, wa, vb, wb, meff,
+                kn * hz, gn * hz, kt * hz, gt * hz, mu, dt, vec(shear, h + c))
+            if update:
+                shear[h + c, 0], shear[h + c, 1], shear[h + c, 2] = sx, sy, sz
             fx += cfx
             fy += cfy
             fz += cfz
@@ -121,7 +122,7 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
             if mu_r > 0.0:
                 tax, tay, taz, tbx, tby, tbz = _with_rolling(
                     mu_r, fn, bounding_radius[a], bounding_radius[b] if sb != PLANE else 0.0,
-                    angular_velocity[a], wb, nx, ny, nz, tax, tay, taz, tbx, tby, tbz)
+                    wa, wb, nx, ny, nz, tax, tay, taz, tbx, tby, tbz)
         pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz
         pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
         ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz

@@ -118,15 +118,23 @@ class NeighbourList:
         self.h_nh = empty_i
         self.shear = np.zeros((0, 3))
         self.touching = np.zeros(0, dtype=np.bool_)
-        self.pf = np.zeros((0, 3))
-        self.pta = np.zeros((0, 3))
-        self.ptb = np.zeros((0, 3))
-        self.live = np.zeros(0, dtype=np.uint8)        # 1: the pair is in contact
+        self._set_outputs(0)
         self.ptr = np.zeros(1, dtype=np.int64)
-        self.entry_pair = self.entry_side = empty_i
+        self.entry = empty_i                           # 2 * pair + side, in summation order
         self.general = False                           # any pair needing the full narrow phase
         self.simple_idx = self.general_idx = empty_i   # pairs for the sphere / general kernel
         self.builds = 0
+
+    def _set_outputs(self, npairs: int) -> None:
+        """Zeroed per-pair outputs: force on A, torques on A and B in one row of 9 (one or two
+        cache lines per pair when :func:`parsim.contacts.accumulate` gathers them), and
+        ``live``. Invariant kept by every pair kernel: a pair that is not live has a zero row
+        (so the sums may add it without testing ``live``)."""
+        self.pout = np.zeros((npairs, 9))
+        self.pf = self.pout[:, 0:3]
+        self.pta = self.pout[:, 3:6]
+        self.ptb = self.pout[:, 6:9]
+        self.live = np.zeros(npairs, dtype=np.uint8)        # 1: the pair is in contact
 
     @property
     def n_pairs(self) -> int:
@@ -135,8 +143,7 @@ class NeighbourList:
     @property
     def nbytes(self) -> int:
         arrays = (self.in_bp, self.pa, self.pb, self.key_a, self.key_b, self.hist, self.nh,
-                  self.shear, self.touching, self.pf, self.pta, self.ptb, self.live, self.ptr,
-                  self.entry_pair, self.entry_side)
+                  self.shear, self.touching, self.pout, self.live, self.ptr, self.entry)
         return sum(a.nbytes for a in arrays) + getattr(self.bp, "nbytes", 0)
 
     def rebuild(self, st, box: np.ndarray, margin: float | None = None,
@@ -231,11 +238,7 @@ class NeighbourList:
         self.general = not bool(simple.all())
         self.simple_idx = np.flatnonzero(simple)
         self.general_idx = np.flatnonzero(~simple)
-        npairs = pa.size
-        self.pf = np.zeros((npairs, 3))
-        self.pta = np.zeros((npairs, 3))
-        self.ptb = np.zeros((npairs, 3))
-        self.live = np.zeros(npairs, dtype=np.uint8)
+        self._set_outputs(pa.size)
         # canonical summation order: per owned, movable body, its pairs by partner key
         no = st.n_owned
         side_a = np.flatnonzero(pa < no)
@@ -245,8 +248,7 @@ class NeighbourList:
         pair = np.concatenate([side_a, side_b])
         side = np.concatenate([np.zeros(side_a.size, np.int64), np.ones(side_b.size, np.int64)])
         order = np.lexsort((partner, body))
-        self.entry_pair = pair[order].astype(np.int64)
-        self.entry_side = side[order]
+        self.entry = (2 * pair + side)[order].astype(np.int64)
         counts = np.bincount(body, minlength=no)[:no]
         self.ptr = np.zeros(no + 1, dtype=np.int64)
         np.cumsum(counts, out=self.ptr[1:])

@@ -680,9 +680,9 @@ class Simulation:
                 st.angular_velocity, st.image, self.table, self.box, self.dt,
                 st.bounding_radius, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, nl.live, update,
                 *self._scratch)
-        pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry_pair, nl.entry_side, nl.pf,
-                                     nl.pta, nl.ptb, nl.live, st.flags, st.mass, self.gravity,
-                                     st.force, st.torque)
+        dense = 8 * self.n_contacts >= nl.n_pairs
+        pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry, nl.live, dense, nl.pf, nl.pta,
+                                     nl.ptb, st.flags, st.mass, self.gravity, st.force, st.torque)
         if self._has_global:
             global_bodies.assemble(st, nl, self.net, self.gravity)
 
