@@ -151,10 +151,12 @@ def _pair_params(table, mat_a, mat_b, meff):
 
 
 @njit(cache=True, inline="always")
-def _hertz_factor(table, mat_a, mat_b, delta, reff):
+def _hertz_factor(table, mat_a, mat_b, delta, ra, rb):
     """sqrt(delta R_eff) for Hertz-Mindlin pairs (LAMMPS gran/hertz/history scales kn, gamma_n,
-    kt and gamma_t by it), 1 for linear pairs."""
+    kt and gamma_t by it), 1 for linear pairs. ``rb`` is 0 against a plane (R_eff = ra); R_eff
+    is only computed for Hertz pairs (a division per linear pair saved)."""
     if table[mat_a, mat_b, P_HERTZ] != 0.0:
+        reff = ra * rb / (ra + rb) if rb > 0.0 else ra
         return math.sqrt(delta * reff)
     return 1.0
 
@@ -248,8 +250,7 @@ def _sphere_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass,
             touching[h] = True
         meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
         kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
-        hz = _hertz_factor(table, material[a], material[b], delta,
-                           ra * rb / (ra + rb) if rb > 0.0 else ra)
+        hz = _hertz_factor(table, material[a], material[b], delta, ra, rb)
         kn *= hz
         gn *= hz
         kt *= hz

@@ -101,8 +101,7 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
             lbz = points[c, 2] - posb[2]
             rbb = bounding_radius[b] if sb != PLANE else 0.0
             ra_ = bounding_radius[a]
-            hz = _hertz_factor(table, material[a], material[b], depths[c],
-                               ra_ * rbb / (ra_ + rbb) if rbb > 0.0 else ra_)
+            hz = _hertz_factor(table, material[a], material[b], depths[c], ra_, rbb)
             cfx, cfy, cfz, fn, sx, sy, sz = contact_force(
                 nx, ny, nz, depths[c], lax, lay, laz, lbx, lby, lbz, va, wa, vb, wb, meff,
                 kn * hz, gn * hz, kt * hz, gt * hz, mu, dt, vec(shear, h + c))
