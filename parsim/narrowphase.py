@@ -3,7 +3,8 @@
 Conventions (the engine relies on them):
 
 * ``collide(shape_a, params_a, pos_a, quat_a, shape_b, params_b, pos_b, quat_b, normals, points,
-  depths) -> k`` fills ``k <= MAX_CONTACTS`` contacts;
+  depths) -> k`` fills ``k <= MAX_CONTACTS`` contacts (``params``, ``pos``, ``quat``: arrays or
+  tuples; the engine passes tuples, which cost no reference counting per call);
 * the normal is a unit vector from B toward A (moving A along it separates the bodies);
 * only penetrating contacts are reported (depth > 0);
 * a contact point lies midway between the two surfaces;
@@ -506,8 +507,8 @@ def _box_box(pa, Ra, ha, pb, Rb, hb, normals, points, depths, k, work):
         i, j = best_i, best_j
         ca = work[27:30]
         cb = work[30:33]
-        ca[:] = pa[:3]
-        cb[:] = pb[:3]
+        ca[0], ca[1], ca[2] = pa[0], pa[1], pa[2]    # pa, pb: arrays or 3-tuples
+        cb[0], cb[1], cb[2] = pb[0], pb[1], pb[2]
         for m in range(3):
             if m != i:
                 sa = -1.0 if (A[m, 0] * nx + A[m, 1] * ny + A[m, 2] * nz) > 0 else 1.0
