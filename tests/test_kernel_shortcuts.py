@@ -1,0 +1,155 @@
+"""The step kernels' shortcuts change no result.
+
+* The per-body sums add every pair's row in "dense" mode and skip pairs that are not live in
+  "sparse" mode; both must give the same bits, which rests on the invariant that a pair out of
+  contact has an all-zero output row.
+* The general pair kernel skips the narrow phase when the bounding spheres (or bounding sphere
+  and plane) are apart; the narrow phase must then find no contact, including for the
+  orientations that bring a shape's farthest point (box corner, capsule tip) onto the line of
+  centres, where the bounding sphere is tight.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parsim
+from parsim.contacts import accumulate
+from parsim.contacts_general import _apart
+from parsim.narrowphase import MAX_CONTACTS, collide
+from parsim.shapes import BOX, CAPSULE, PLANE, SPHERE, bounding_radius
+
+
+def _pile(seed=4):
+    rng = np.random.default_rng(seed)
+    sim = parsim.Simulation(dt=2e-5, gravity=(0, 0, -9.81), domain=((0, 0, 0), (3, 3, 10)),
+                            periodic=(True, True, False))
+    m = sim.add_material("m", density=1000.0, restitution=0.4, collision_time=1e-3, friction=0.5,
+                         rolling_friction=0.01)
+    sim.add_plane((0, 0, 0), (0, 0, 1), m)
+    g = np.stack(np.meshgrid(np.arange(6), np.arange(6), np.arange(8), indexing="ij"),
+                 -1).reshape(-1, 3)
+    pos = (g + 0.5) * 0.5 + rng.uniform(-0.02, 0.02, g.shape)
+    q = rng.normal(size=(len(g), 4))
+    q /= np.linalg.norm(q, axis=1)[:, None]
+    third = len(g) // 3
+    sim.add_spheres(pos[:third], rng.uniform(0.2, 0.26, third), m,
+                    velocities=rng.uniform(-0.5, 0.5, (third, 3)))
+    sim.add_boxes(pos[third:2 * third], np.full((third, 3), 0.17), m, orientations=q[:third])
+    rest = len(g) - 2 * third
+    sim.add_capsules(pos[2 * third:], np.full(rest, 0.1), np.full(rest, 0.12), m,
+                     orientations=q[:rest])
+    return sim
+
+
+def test_dense_and_sparse_sums_give_the_same_bits_and_open_pairs_have_zero_rows():
+    sim = _pile()
+    sim.run(200)
+    opened = 0            # pairs that left contact since the last rebuild (rows zeroed in place)
+    for step in range(400):
+        st, nl = sim.st, sim.nl
+        builds, was_live = nl.builds, nl.live.astype(bool).copy()
+        sim.step()
+        st, nl = sim.st, sim.nl
+        live = nl.live.astype(bool)
+        if nl.builds == builds:
+            opened += int(np.count_nonzero(was_live & ~live))
+        assert np.all(nl.pout[~live] == 0.0), "a pair out of contact kept a non-zero row"
+        if step % 40:
+            continue
+        assert 0 < live.sum() < live.size     # both branches of the sums are exercised
+        out = {}
+        for dense in (False, True):
+            f = np.full_like(st.force, np.nan)
+            t = np.full_like(st.torque, np.nan)
+            accumulate[0](st.n_owned, nl.ptr, nl.entry, nl.live, dense, nl.pf, nl.pta, nl.ptb,
+                          st.flags, st.mass, sim.gravity, f, t)
+            out[dense] = (f[: st.n_owned], t[: st.n_owned])
+        assert np.array_equal(out[False][0], out[True][0])
+        assert np.array_equal(out[False][1], out[True][1])
+        # the engine's own sums of this step (whichever mode it chose) are the same bits
+        assert np.array_equal(out[True][0], st.force[: st.n_owned])
+        assert np.array_equal(out[True][1], st.torque[: st.n_owned])
+    assert opened > 0, "no contact opened between rebuilds: the zero-row invariant went untested"
+
+
+def _farthest_direction(shape, params, q, u):
+    """Orientation q of the shape rotated so that its point farthest from the centre (box
+    corner, capsule tip) lies along the unit vector u (spheres: q unchanged)."""
+    if shape == SPHERE:
+        return q
+    if shape == BOX:
+        local = params / np.linalg.norm(params)
+    else:
+        local = np.array([1.0, 0.0, 0.0])     # capsule axis is the body x axis
+    # quaternion rotating `local` onto u
+    c = np.cross(local, u)
+    w = 1.0 + float(np.dot(local, u))
+    if w < 1e-12:                              # opposite: any perpendicular axis, 180 degrees
+        axis = np.cross(local, [0.0, 0.0, 1.0])
+        if np.linalg.norm(axis) < 1e-9:
+            axis = np.cross(local, [0.0, 1.0, 0.0])
+        axis /= np.linalg.norm(axis)
+        return np.array([0.0, *axis])
+    r = np.array([w, *c])
+    return r / np.linalg.norm(r)
+
+
+def _params(shape, rng):
+    if shape == SPHERE:
+        return np.array([rng.uniform(0.1, 1.0), 0.0, 0.0])
+    if shape == BOX:
+        return rng.uniform(0.05, 1.0, 3)
+    return np.array([rng.uniform(0.05, 0.5), rng.uniform(0.0, 1.0), 0.0])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bounding_sphere_pretest_never_skips_a_contact(seed):
+    rng = np.random.default_rng(seed)
+    finite = (SPHERE, BOX, CAPSULE)
+    skipped = touching = 0
+    for trial in range(1500):
+        sa = finite[trial % 3]
+        sb = (SPHERE, BOX, CAPSULE, PLANE)[(trial // 3) % 4]
+        pa = _params(sa, rng)
+        u = rng.normal(size=3)
+        u /= np.linalg.norm(u)
+        tight = trial % 2 == 0                 # farthest points on the line of centres
+        qa = rng.normal(size=4)
+        qa /= np.linalg.norm(qa)
+        if tight:
+            qa = _farthest_direction(sa, pa, qa, -u)
+        xa = rng.uniform(-5, 5, 3)
+        ra = bounding_radius(np.array([sa]), pa[None])[0]
+        if sb == PLANE:
+            pb = u.copy()                      # plane normal, pointing toward A
+            rb = 0.0
+            qb = np.array([1.0, 0.0, 0.0, 0.0])
+        else:
+            pb = _params(sb, rng)
+            qb = rng.normal(size=4)
+            qb /= np.linalg.norm(qb)
+            if tight:
+                qb = _farthest_direction(sb, pb, qb, u)
+            rb = bounding_radius(np.array([sb]), pb[None])[0]
+        # centre distance around the bounding-sphere sum: just outside, just inside, or near
+        gap = (ra + rb) * rng.choice([1 + 2e-9, 1 + 1e-6, 1 - 1e-8, 1 - 1e-6, 1 - 1e-3,
+                                      rng.uniform(0.9, 1.1)])
+        xb = xa - gap * u
+        position = np.stack([xa, xb])
+        params = np.stack([pa, pb])
+        brad = np.array([ra, rb])
+        d = xa - xb
+        apart = _apart(sb, d[0], d[1], d[2], position, params, 0, 1, brad)
+        n = np.zeros((MAX_CONTACTS, 3))
+        p = np.zeros((MAX_CONTACTS, 3))
+        dep = np.zeros(MAX_CONTACTS)
+        k = collide(sa, pa, xa, qa, sb, pb, xb, qb, n, p, dep)
+        if apart:
+            skipped += 1
+            assert k == 0, (f"pre-test skipped a contact: shapes {sa}/{sb}, params {pa}/{pb}, "
+                            f"gap {gap / (ra + rb) - 1:+.3e}, depths {dep[:k]}")
+        touching += k > 0
+    # the cases are not vacuous: many pairs skipped, many in contact
+    assert skipped > 300 and touching > 300
