@@ -151,6 +151,21 @@ class BodyStorage:
         _set_slots(self.map.keys, self.map.vals, self.key[holes], holes)
         self.n_owned = n - k
 
+    def permute_owned(self, order: np.ndarray) -> None:
+        """Reorder the owned bodies (requires no shadows): slot i receives the body that was in
+        slot ``order[i]`` (a permutation of 0..n_owned-1). Results do not depend on slots, so
+        this only changes memory locality."""
+        if self.n_shadow:
+            raise RuntimeError("clear the shadow copies before reordering owned bodies")
+        n = self.n_owned
+        order = np.asarray(order, dtype=np.int64)
+        if order.shape != (n,):
+            raise ValueError(f"order must hold {n} slots, got shape {order.shape}")
+        for name in (*FIELDS, "key"):
+            arr = getattr(self, name)
+            arr[:n] = arr[order]
+        _set_slots(self.map.keys, self.map.vals, self.key[:n], np.arange(n, dtype=np.int64))
+
     # ---- shadows -----------------------------------------------------------------------------
     def clear_shadows(self) -> None:
         if self.n_shadow:

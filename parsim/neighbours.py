@@ -214,7 +214,10 @@ class NeighbourList:
             pb = np.concatenate(extra_b)
         key_a = st.key[pa]
         key_b = st.key[pb]
-        order = np.lexsort((key_b, key_a))
+        # pairs in slot order (A's, then B's): with the owned bodies sorted in space
+        # (Simulation._sort_owned) the pair kernels then read neighbouring rows. The order of
+        # the pairs changes no result (sums follow the partner keys, below).
+        order = np.lexsort((pb, pa))
         pa, pb, key_a, key_b = pa[order], pb[order], key_a[order], key_b[order]
         sph_a = st.shape[pa] == SPHERE
         sph_b = (st.shape[pb] == SPHERE) | (st.shape[pb] == PLANE)
