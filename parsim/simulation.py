@@ -669,23 +669,24 @@ class Simulation:
         """Reorder the owned bodies by the cell (edge 4 x the largest radius, z, then y, then x)
         of their centre, so that bodies near in space are near in memory: the pair and sum
         kernels then read neighbouring rows (as LAMMPS's atom sorting). Replicated bodies
-        (planes, global bodies) keep their slots at the front in their order. Changes no
-        result: forces are summed by partner key, not by slot."""
+        (planes, global bodies) go to the front, in their order, and do not enter the cells.
+        Changes no result: forces are summed by partner key, not by slot."""
         st = self.st
         n = st.n_owned
         if n < 2 or not math.isfinite(rmax) or rmax <= 0.0:
             return
+        local = (st.flags[:n] & REPLICATED) == 0
         pos = st.position[:n]
-        if not np.isfinite(pos).all():
-            return                      # the state check reports such a body
+        if not local.any() or not np.isfinite(pos[local]).all():
+            return                      # nothing to sort, or the state check reports a body
         cell = 4.0 * rmax
-        lo = pos.min(axis=0)
-        c = np.floor((pos - lo) / cell).astype(np.int64)
-        dims = c.max(axis=0) + 1
+        lo = pos[local].min(axis=0)
+        dims = np.floor((pos[local].max(axis=0) - lo) / cell) + 1.0
         if float(dims[0]) * float(dims[1]) * float(dims[2]) >= 2.0**62:
             return
-        key = c[:, 0] + dims[0] * (c[:, 1] + dims[1] * c[:, 2])
-        key[(st.flags[:n] & REPLICATED) != 0] = -1
+        c = np.floor((pos[local] - lo) / cell).astype(np.int64)
+        key = np.full(n, -1, dtype=np.int64)
+        key[local] = c[:, 0] + int(dims[0]) * (c[:, 1] + int(dims[1]) * c[:, 2])
         order = np.argsort(key, kind="stable")
         if (order != np.arange(n)).any():
             st.permute_owned(order)
