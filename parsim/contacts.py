@@ -35,6 +35,7 @@ import numpy as np
 from numba import njit, prange
 
 from .parallel import dual
+from .rows import row3
 
 from .bodies import FIXED
 from .materials import (MODE_RESTITUTION, P_GN, P_GT_RATIO, P_HERTZ, P_KN, P_KT_RATIO, P_MODE,
@@ -77,14 +78,6 @@ def effective_mass(fa, fb, ma, mb):
 
 
 @njit(cache=True, inline="always")
-def vec(arr, i):
-    """Row ``i`` of an (n, 3) array as a 3-tuple. The pair kernels pass tuples, not row views
-    ``arr[i]``: each view costs atomic reference-count updates (measured: the S2b bed's sphere
-    kernel spent about a third of its time in them)."""
-    return (arr[i, 0], arr[i, 1], arr[i, 2])
-
-
-@njit(cache=True, inline="always")
 def _cross(ax, ay, az, bx, by, bz):
     return (ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx)
 
@@ -96,7 +89,7 @@ def contact_force(nx, ny, nz, delta, lax, lay, laz, lbx, lby, lbz,
     ``(fx, fy, fz, fn, sx, sy, sz)`` (flat: numba's parallel array analysis rejects a nested
     tuple here). ``spring`` is the stored spring; the caller stores the new one unless forces
     are merely re-evaluated at setup (as LAMMPS). ``va``, ``wa``, ``vb``, ``wb`` and ``spring``
-    are 3-tuples (see :func:`vec`): no array enters this inlined helper, since every array
+    are 3-tuples (see :mod:`parsim.rows`): no array enters this inlined helper, since every array
     argument costs atomic reference-count updates per call."""
     wla = _cross(wa[0], wa[1], wa[2], lax, lay, laz)
     wlb = _cross(wb[0], wb[1], wb[2], lbx, lby, lbz)
@@ -255,15 +248,15 @@ def _sphere_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass,
         gn *= hz
         kt *= hz
         gt *= hz
-        wa = vec(angular_velocity, a)
+        wa = row3(angular_velocity, a)
         wb = zero
         vb = zero
         if shape[b] != PLANE:
-            wb = vec(angular_velocity, b)
-            vb = vec(velocity, b)
+            wb = row3(angular_velocity, b)
+            vb = row3(velocity, b)
         fx, fy, fz, fn, sx, sy, sz = contact_force(
             nx, ny, nz, delta, -ra * nx, -ra * ny, -ra * nz, rb * nx, rb * ny, rb * nz,
-            vec(velocity, a), wa, vb, wb, meff, kn, gn, kt, gt, mu, dt, vec(shear, h))
+            row3(velocity, a), wa, vb, wb, meff, kn, gn, kt, gt, mu, dt, row3(shear, h))
         if update:
             shear[h, 0], shear[h, 1], shear[h, 2] = sx, sy, sz
         pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz

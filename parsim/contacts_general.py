@@ -14,14 +14,10 @@ from numba import njit, prange
 from .parallel import dual
 
 from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _with_rolling,
-                       contact_force, effective_mass, relative_shift, vec)
+                       contact_force, effective_mass, relative_shift)
 from .narrowphase import WORK_SIZE, collide_into
+from .rows import row3, row4
 from .shapes import PLANE, SPHERE
-
-
-@njit(cache=True, inline="always")
-def _quat(q, i):
-    return (q[i, 0], q[i, 1], q[i, 2], q[i, 3])
 
 
 @njit(cache=True, inline="always")
@@ -80,8 +76,8 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
         sa = shape[a]
         sb = shape[b]
         nh = 4
-        # the bodies' rows as tuples, not views (see parsim.contacts.vec)
-        posb = vec(position, b)
+        # the bodies' rows as tuples, not views (see parsim.rows)
+        posb = row3(position, b)
         dx = dy = dz = 0.0
         if sb != PLANE:
             sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
@@ -91,20 +87,20 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
             dz = position[a, 2] - posb[2]
         k = 0
         if not _apart(sb, dx, dy, dz, position, params, a, b, bounding_radius):
-            k = collide_into(sa, vec(params, a), vec(position, a), _quat(orientation, a), sb,
-                             vec(params, b), posb, _quat(orientation, b), normals, points,
+            k = collide_into(sa, row3(params, a), row3(position, a), row4(orientation, a), sb,
+                             row3(params, b), posb, row4(orientation, b), normals, points,
                              depths, work)
         if k == 0:
             _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, live, update)
             continue
         meff = effective_mass(flags[a], flags[b], mass[a], mass[b])
         kn, gn, kt, gt, mu, mu_r = _pair_params(table, material[a], material[b], meff)
-        va = vec(velocity, a)
-        wa = vec(angular_velocity, a)
+        va = row3(velocity, a)
+        wa = row3(angular_velocity, a)
         vb = wb = (0.0, 0.0, 0.0)
         if sb != PLANE:
-            vb = vec(velocity, b)
-            wb = vec(angular_velocity, b)
+            vb = row3(velocity, b)
+            wb = row3(angular_velocity, b)
         fx = fy = fz = 0.0
         tax = tay = taz = 0.0
         tbx = tby = tbz = 0.0
@@ -129,7 +125,7 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
             hz = _hertz_factor(table, material[a], material[b], depths[c], ra_, rbb)
             cfx, cfy, cfz, fn, sx, sy, sz = contact_force(
                 nx, ny, nz, depths[c], lax, lay, laz, lbx, lby, lbz, va, wa, vb, wb, meff,
-                kn * hz, gn * hz, kt * hz, gt * hz, mu, dt, vec(shear, h + c))
+                kn * hz, gn * hz, kt * hz, gt * hz, mu, dt, row3(shear, h + c))
             if update:
                 shear[h + c, 0], shear[h + c, 1], shear[h + c, 2] = sx, sy, sz
             fx += cfx

@@ -23,12 +23,8 @@ from .parallel import dual
 
 from .bodies import FIXED
 from .rotation import quat_from_rotation_vector, quat_matrix, quat_mul
+from .rows import row3, row4
 from .shapes import SPHERE
-
-
-@njit(cache=True, inline="always")
-def _row3(a, i):
-    return (a[i, 0], a[i, 1], a[i, 2])
 
 
 @njit(cache=True, inline="always")
@@ -80,13 +76,13 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
         for d in range(3):
             velocity[i, d] += h * force[i, d] * im
             position[i, d] += dt * velocity[i, d]
-        q = (orientation[i, 0], orientation[i, 1], orientation[i, 2], orientation[i, 3])
+        q = row4(orientation, i)
         # rows as tuples, not views (a view costs atomic reference-count updates per body)
-        ii = _row3(inv_inertia, i)
+        ii = row3(inv_inertia, i)
         if inertia[i, 0] == inertia[i, 1] and inertia[i, 1] == inertia[i, 2]:
             for d in range(3):
                 angular_velocity[i, d] += h * torque[i, d] * ii[0]
-            w = _row3(angular_velocity, i)
+            w = row3(angular_velocity, i)
             if w[0] == 0.0 and w[1] == 0.0 and w[2] == 0.0:
                 # no rotation: _rotate's identity factor changes nothing but the renormalisation
                 s = 1.0 / math.sqrt(q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3])
@@ -94,7 +90,7 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
             else:
                 qn = _rotate(q, w[0], w[1], w[2], dt)
         else:
-            L0 = _angular_momentum(q, _row3(inertia, i), _row3(angular_velocity, i))
+            L0 = _angular_momentum(q, row3(inertia, i), row3(angular_velocity, i))
             L = (L0[0] + h * torque[i, 0], L0[1] + h * torque[i, 1], L0[2] + h * torque[i, 2])
             w1 = _body_omega(q, ii, L)
             qh = _rotate(q, w1[0], w1[1], w1[2], h)
@@ -108,8 +104,7 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
         dz = position[i, 2] - ref_position[i, 2]
         m = math.sqrt(dx * dx + dy * dy + dz * dz)
         if shape[i] != SPHERE:
-            r = (ref_orientation[i, 0], ref_orientation[i, 1], ref_orientation[i, 2],
-                 ref_orientation[i, 3])
+            r = row4(ref_orientation, i)
             c = abs(qn[0] * r[0] + qn[1] * r[1] + qn[2] * r[2] + qn[3] * r[3])
             m += bounding_radius[i] * 2.0 * math.acos(min(c, 1.0))
         moved = max(moved, m)
@@ -126,13 +121,13 @@ def _second_half(n, dt, flags, inv_mass, inertia, inv_inertia, orientation, velo
         im = inv_mass[i]
         for d in range(3):
             velocity[i, d] += h * force[i, d] * im
-        ii = _row3(inv_inertia, i)
+        ii = row3(inv_inertia, i)
         if inertia[i, 0] == inertia[i, 1] and inertia[i, 1] == inertia[i, 2]:
             for d in range(3):
                 angular_velocity[i, d] += h * torque[i, d] * ii[0]
         else:
-            q = (orientation[i, 0], orientation[i, 1], orientation[i, 2], orientation[i, 3])
-            L0 = _angular_momentum(q, _row3(inertia, i), _row3(angular_velocity, i))
+            q = row4(orientation, i)
+            L0 = _angular_momentum(q, row3(inertia, i), row3(angular_velocity, i))
             L = (L0[0] + h * torque[i, 0], L0[1] + h * torque[i, 1], L0[2] + h * torque[i, 2])
             w = _body_omega(q, ii, L)
             angular_velocity[i, 0], angular_velocity[i, 1], angular_velocity[i, 2] = w
