@@ -8,7 +8,7 @@ with ``n`` the outer cells (eq. 3.1.1a). parsim stores nothing per cell and comp
 indices by wrap arithmetic on the axis indices (``_index_s`` in
 ``parsim/broadphase/hashgrid_kernels.py``). Strategies compared, on the same cells:
 
-``wrap``    parsim's way: split the cell index into ix, iy, iz (shifts, masks), add each of the
+``wrap``    parsim's way until 2026-11-23: split the cell index into ix, iy, iz (shifts, masks), add each of the
             13 half-neighbour offsets, wrap with the masks, recombine;
 ``thesis``  int32 "offset array id" per cell (0 = the shared array of the inner cells), one
             private 27 x int32 offset array per outer cell, ``cells[c + offs[oid[c], j]]``;

@@ -38,6 +38,7 @@ from .base import grow_hits, ray_box_enter
 BLOCK = 4
 MAX_GRIDS = 64
 HASH_LIMIT = 2.0**50  # |coordinate| / cell size above which float64 cannot hash exactly (thesis 3.2)
+ID_BITS = 27  # containers (<= bodies) must stay below 2**ID_BITS (checked by the front end)
 
 GridTable = namedtuple("GridTable", "cell inv bits base count order rank clo chi n")
 Containers = namedtuple("Containers", "cell grid size head tail stamp n")
@@ -368,86 +369,104 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
 # ------------------------------------------------------------------------------------------
 
 @njit(cache=True)
-def containers_in_cell_order(G, cells, C):
-    """Container ids grid by grid, each grid in linear cell order.
+def containers_in_cell_order(G, C, out, tmp):
+    """Container ids grid by grid, finest grid first, each grid in linear cell order.
 
-    A sequential scan of a grid's cell array (4 bytes per cell, at most ~64 cells per body by the
-    growth rule) is far cheaper than sorting; a grid left with many more cells than bodies (grids
-    never shrink) is sorted instead.
+    An LSD radix sort (11-bit digits) of ``rank << cell_bits | cell`` packed with the container
+    id into one int64: O(containers), no pass over the (mostly empty) cell arrays, which hold
+    8 to 64 cells per body. ``out`` and ``tmp`` are scratch of length >= containers + 1; on
+    return ``out[v]`` is the packed word of the v-th container (container id in the low
+    ``ID_BITS`` bits, cell above). Returns ``(n, cell_bits, gfirst)``: per grid rank ``r`` the
+    first position of its containers is ``gfirst[r]`` (``gfirst[n_grids]`` = n).
     """
-    out = np.empty(C.n[0], dtype=np.int64)
-    m = 0
-    for r in range(G.n[0]):
-        g = G.order[r]
-        if G.count[g] == 0:
-            continue
-        n_cells = np.int64(1) << (G.bits[g, 0] + G.bits[g, 1] + G.bits[g, 2])
-        base = G.base[g]
-        if n_cells <= 128 * G.count[g]:
-            for c in range(n_cells):
-                k = cells[base + c]
-                if k >= 0:
-                    out[m] = k
-                    m += 1
-        else:
-            start = m
-            for k in range(C.n[0]):
-                if C.grid[k] == g:
-                    out[m] = k
-                    m += 1
-            keys = np.empty(m - start, dtype=np.int64)
-            for i in range(m - start):
-                keys[i] = C.cell[out[start + i]]
-            perm = np.argsort(keys)
-            tmp = out[start:m].copy()
-            for i in range(m - start):
-                out[start + i] = tmp[perm[i]]
-    return out[:m]
+    n = C.n[0]
+    ng = G.n[0]
+    cell_bits = np.int64(0)
+    for g in range(ng):
+        cell_bits = max(cell_bits, G.bits[g, 0] + G.bits[g, 1] + G.bits[g, 2])
+    rank_bits = np.int64(0)
+    while (np.int64(1) << rank_bits) < ng:
+        rank_bits += 1
+    gfirst = np.zeros(ng + 1, dtype=np.int64)
+    for k in range(n):
+        r = G.rank[C.grid[k]]
+        gfirst[r + 1] += 1
+        out[k] = (((r << cell_bits) | C.cell[k]) << ID_BITS) | k
+    for r in range(ng):
+        gfirst[r + 1] += gfirst[r]
+    digit = 11
+    mask = (np.int64(1) << digit) - 1
+    cnt = np.empty(mask + 1, dtype=np.int64)
+    src, dst = out, tmp
+    shift = ID_BITS
+    passes = 0
+    while shift < ID_BITS + cell_bits + rank_bits:
+        cnt[:] = 0
+        for i in range(n):
+            cnt[(src[i] >> shift) & mask] += 1
+        total = 0
+        for b in range(mask + 1):
+            c = cnt[b]
+            cnt[b] = total
+            total += c
+        for i in range(n):
+            w = src[i]
+            d = (w >> shift) & mask
+            dst[cnt[d]] = w
+            cnt[d] += 1
+        src, dst = dst, src
+        shift += digit
+        passes += 1
+    if passes % 2 == 1:
+        for i in range(n):
+            out[i] = src[i]
+    return n, cell_bits, gfirst
+
+
+#: A coarser grid with at most this many bodies is not probed cell by cell from every finer
+#: body; its bodies are tested against all finer bodies instead (a contiguous, branch-free scan
+#: costs ~1 ns per test, a probe of the usual 8 cells tens of ns per finer body).
+SCAN_COARSE_MAX = 16
 
 
 @njit(cache=True)
-def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
+def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart, vcell, fill,
+               box, out):
     """Every overlapping pair once (Algorithm 4): within cells, against half of the neighbour
     cells, and each body against the cells of every coarser grid that can hold an overlapping body.
 
-    The AABBs are first copied into compact arrays (``clo``, ``chi``, ``cid``) grouped by cell, in
-    cell order: the v-th occupied cell owns ``vstart[v] : vstart[v + 1]``. The grouping is a
-    counting sort of the bodies in slot order, keyed by the cell's rank, which each occupied cell
-    holds in ``cells`` instead of its container id while detecting (restored before returning).
-    The checks then read neighbouring memory, and the cost does not depend on how scattered the
-    containers and blocks have become. For a coarser grid H only the cells holding centres within
-    half a cell of H of the body's AABB are visited (usually 8, at most 27).
+    The occupied cells are first listed grid by grid in cell order (``visit``, a radix sort of
+    the containers) and the bodies' AABBs copied into a compact array (``box``: lo, hi, slot per
+    row of 8 float64, one cache line) grouped by cell: the v-th occupied cell owns rows
+    ``vstart[v] : vstart[v + 1]``.
+    The grouping is a counting sort of the bodies in slot order, keyed by the cell's visit
+    index, which each occupied cell holds in ``cells`` instead of its container id while
+    detecting (restored before returning). The checks then read neighbouring memory, whatever
+    the storage order of the bodies. Neighbour cells are reached row by row (y and z wrapped
+    once per row of three x cells). For a coarser grid H only the cells holding centres within
+    half a cell of H of the body's AABB are visited (usually 8, at most 27); a coarser grid of
+    at most ``SCAN_COARSE_MAX`` bodies is instead tested body by body against every finer body
+    (their rows precede its rows). ``visit`` ... ``box`` are caller-owned scratch arrays of at
+    least bodies + 1 rows, reused between calls (fresh arrays would cost page faults per call).
     Writes id pairs (a < b) into ``out`` and returns their number; a number above
     ``out.shape[0] - 2`` means the buffer overflowed (contents invalid): retry with that size.
     """
-    visit = containers_in_cell_order(G, cells, C)
-    n_vis = visit.shape[0]
-    vstart = np.empty(n_vis + 1, dtype=np.int64)
-
-
-    vcell = np.empty(n_vis, dtype=np.int64)
-    vgrid = np.empty(n_vis, dtype=np.int64)
+    n_vis, cell_bits, gfirst = containers_in_cell_order(G, C, visit, vstart)
+    id_mask = (np.int64(1) << ID_BITS) - 1
+    cell_mask = (np.int64(1) << cell_bits) - 1
     m = 0
     for v in range(n_vis):
-        k = visit[v]
+        w = visit[v]
+        k = w & id_mask
+        visit[v] = k
+        vcell[v] = (w >> ID_BITS) & cell_mask
         vstart[v] = m
+        fill[v] = m
         m += C.size[k]
-        vcell[v] = C.cell[k]
-        vgrid[v] = C.grid[k]
-        # while detecting, a cell holds its visit index instead of its container id
-        cells[G.base[C.grid[k]] + C.cell[k]] = v
+        cells[G.base[C.grid[k]] + vcell[v]] = v  # while detecting: the visit index
     vstart[n_vis] = m
     # counting sort of the bodies by visit index: bodies are read in slot order (sequential),
-    # only the cell lookup and the write into the compact arrays are scattered
-    clo = np.empty((m, 3))
-    chi = np.empty((m, 3))
-    cid = np.empty(m, dtype=np.int64)
-
-    def overlap(i, j):  # closed AABB overlap as 0/1, without branches (a closure: see edit_cells)
-        return ((clo[i, 0] <= chi[j, 0]) & (clo[j, 0] <= chi[i, 0]) & (clo[i, 1] <= chi[j, 1])
-                & (clo[j, 1] <= chi[i, 1]) & (clo[i, 2] <= chi[j, 2]) & (clo[j, 2] <= chi[i, 2]))
-
-    fill = vstart[:n_vis].copy()
+    # only the cell lookup and the write of one compact row are scattered
     for s in range(n_slots):
         g = b_grid[s]
         if g < 0:
@@ -456,93 +475,115 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, half, out):
         j = fill[v]
         fill[v] = j + 1
         for d in range(3):
-            clo[j, d] = lo[s, d]
-            chi[j, d] = hi[s, d]
-        cid[j] = ids[s]
+            box[j, d] = lo[s, d]
+            box[j, 3 + d] = hi[s, d]
+        box[j, 6] = s  # the slot, exact in float64; the rows stay one cache line each
 
     rows = out.shape[0]
-    m = 0
-    over = 0
-    ng = G.n[0]
-    for v in range(n_vis):
-        g = vgrid[v]
-        a0 = vstart[v]
-        a1 = vstart[v + 1]
-        # pairs inside the cell
+    # the pair buffer state lives in a 2-element array so the closure below can update it
+    st = np.zeros(2, dtype=np.int64)  # [count in buffer, count of earlier overflowed buffers]
+
+    def test_range(a0, a1, b0, b1):
+        """Test rows a0:a1 against rows b0:b1 (disjoint), branch-free: write every candidate,
+        keep it if the closed AABBs overlap."""
+        n = st[0]
+        over = st[1]
         for a in range(a0, a1):
-            for b in range(a + 1, a1):
-                # branch-free: write every candidate, keep it if it overlaps
-                out[m, 0] = min(cid[a], cid[b])
-                out[m, 1] = max(cid[a], cid[b])
-                m += overlap(a, b)
-                if m == rows - 1:  # overflow: keep counting, the caller retries
-                    over += m
-                    m = 0
-        # half of the neighbour cells of the same grid
-        cell = vcell[v]
+            l0 = box[a, 0]
+            l1 = box[a, 1]
+            l2 = box[a, 2]
+            h0 = box[a, 3]
+            h1 = box[a, 4]
+            h2 = box[a, 5]
+            for b in range(b0, b1):
+                out[n, 0] = a  # compact rows; turned into ids at the end
+                out[n, 1] = b
+                n += ((l0 <= box[b, 3]) & (box[b, 0] <= h0) & (l1 <= box[b, 4])
+                      & (box[b, 1] <= h1) & (l2 <= box[b, 5]) & (box[b, 2] <= h2))
+                if n == rows - 1:  # overflow: keep counting, the caller retries
+                    over += n
+                    n = 0
+        st[0] = n
+        st[1] = over
+
+    def test_cell(a0, a1, c):
+        v2 = cells[c]
+        if v2 >= 0:
+            test_range(a0, a1, vstart[v2], vstart[v2 + 1])
+
+    ng = G.n[0]
+    for r in range(ng):
+        g = G.order[r]
+        if G.count[g] == 0:
+            continue
+        base = G.base[g]
         bx = G.bits[g, 0]
         by = G.bits[g, 1]
+        bxy = bx + by
         mx = (np.int64(1) << bx) - 1
         my = (np.int64(1) << by) - 1
         mz = (np.int64(1) << G.bits[g, 2]) - 1
-        ix = cell & mx
-        iy = (cell >> bx) & my
-        iz = cell >> (bx + by)
-        base = G.base[g]
-        for o in range(half.shape[0]):
-            v2 = cells[base + _index_s(ix + half[o, 0], iy + half[o, 1], iz + half[o, 2],
-                                       bx, by, mx, my, mz)]
-            if v2 < 0:
-                continue
-            b0 = vstart[v2]
-            b1 = vstart[v2 + 1]
-            for a in range(a0, a1):
-                for b in range(b0, b1):
-                    # branch-free: write every candidate, keep it if it overlaps
-                    out[m, 0] = min(cid[a], cid[b])
-                    out[m, 1] = max(cid[a], cid[b])
-                    m += overlap(a, b)
-                    if m == rows - 1:  # overflow: keep counting, the caller retries
-                        over += m
-                        m = 0
-        # every coarser grid
-        for r in range(G.rank[g] + 1, ng):
-            h = G.order[r]
-            if G.count[h] == 0:
-                continue
-            inv = G.inv[h]
-            half_cell = 0.5 * G.cell[h]
-            hbase = G.base[h]
-            hbx = G.bits[h, 0]
-            hby = G.bits[h, 1]
-            hmx = (np.int64(1) << hbx) - 1
-            hmy = (np.int64(1) << hby) - 1
-            hmz = (np.int64(1) << G.bits[h, 2]) - 1
-            for a in range(a0, a1):
-                x0 = _coord(clo[a, 0] - half_cell, inv)
-                x1 = _coord(chi[a, 0] + half_cell, inv)
-                y0 = _coord(clo[a, 1] - half_cell, inv)
-                y1 = _coord(chi[a, 1] + half_cell, inv)
-                z0 = _coord(clo[a, 2] - half_cell, inv)
-                z1 = _coord(chi[a, 2] + half_cell, inv)
-                for cz in range(z0, z1 + 1):
-                    for cy in range(y0, y1 + 1):
-                        for cx in range(x0, x1 + 1):
-                            v2 = cells[hbase + _index_s(cx, cy, cz, hbx, hby, hmx, hmy, hmz)]
-                            if v2 < 0:
-                                continue
-                            for b in range(vstart[v2], vstart[v2 + 1]):
-                                # branch-free: write every candidate, keep it if it overlaps
-                                out[m, 0] = min(cid[a], cid[b])
-                                out[m, 1] = max(cid[a], cid[b])
-                                m += overlap(a, b)
-                                if m == rows - 1:  # overflow: keep counting, the caller retries
-                                    over += m
-                                    m = 0
+        for v in range(gfirst[r], gfirst[r + 1]):
+            a0 = vstart[v]
+            a1 = vstart[v + 1]
+            # pairs inside the cell
+            for a in range(a0, a1 - 1):
+                test_range(a, a + 1, a + 1, a1)
+            # half of the 26 neighbour cells: +x in the own row, then four rows of three
+            cell = vcell[v]
+            ix = cell & mx
+            iy = (cell >> bx) & my
+            iz = cell >> bxy
+            xm = (ix - 1) & mx
+            xp = (ix + 1) & mx
+            test_cell(a0, a1, base + (xp | (cell - ix)))
+            for q in range(4):
+                dy = 1 if q == 0 or q == 3 else (-1 if q == 1 else 0)
+                dz = 0 if q == 0 else 1
+                row = base + ((((iy + dy) & my) << bx) | (((iz + dz) & mz) << bxy))
+                test_cell(a0, a1, row + xm)
+                test_cell(a0, a1, row + ix)
+                test_cell(a0, a1, row + xp)
+            # every coarser grid with many bodies: probe the cells that can hold a partner
+            for r2 in range(r + 1, ng):
+                h = G.order[r2]
+                if G.count[h] <= SCAN_COARSE_MAX:
+                    continue
+                inv = G.inv[h]
+                half_cell = 0.5 * G.cell[h]
+                hbase = G.base[h]
+                hbx = G.bits[h, 0]
+                hby = G.bits[h, 1]
+                hmx = (np.int64(1) << hbx) - 1
+                hmy = (np.int64(1) << hby) - 1
+                hmz = (np.int64(1) << G.bits[h, 2]) - 1
+                for a in range(a0, a1):
+                    x0 = _coord(box[a, 0] - half_cell, inv)
+                    x1 = _coord(box[a, 3] + half_cell, inv)
+                    y0 = _coord(box[a, 1] - half_cell, inv)
+                    y1 = _coord(box[a, 4] + half_cell, inv)
+                    z0 = _coord(box[a, 2] - half_cell, inv)
+                    z1 = _coord(box[a, 5] + half_cell, inv)
+                    for cz in range(z0, z1 + 1):
+                        for cy in range(y0, y1 + 1):
+                            for cx in range(x0, x1 + 1):
+                                test_cell(a, a + 1, hbase + _index_s(cx, cy, cz, hbx, hby,
+                                                                     hmx, hmy, hmz))
+        # a sparse coarser grid: its bodies against every finer body, which precede them
+        if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
+            fine_end = vstart[gfirst[r]]
+            test_range(fine_end, vstart[gfirst[r + 1]], 0, fine_end)
     # restore the container ids in the cells
     for v in range(n_vis):
-        cells[G.base[vgrid[v]] + vcell[v]] = visit[v]
-    return over + m
+        k = visit[v]
+        cells[G.base[C.grid[k]] + C.cell[k]] = k
+    if st[1] == 0:  # compact rows -> ids (a < b)
+        for i in range(st[0]):
+            ia = ids[np.int64(box[out[i, 0], 6])]
+            ib = ids[np.int64(box[out[i, 1], 6])]
+            out[i, 0] = min(ia, ib)
+            out[i, 1] = max(ia, ib)
+    return st[1] + st[0]
 
 
 @njit(cache=True)

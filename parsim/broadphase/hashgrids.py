@@ -83,6 +83,7 @@ class HierarchicalHashGrid(BroadPhase):
         self._P = K.new_pool(self._pool_blocks(cap))
         self._stamp = np.zeros(1, dtype=np.int64)
         self._last_pairs = 0  # sizes the next pair buffer
+        self._scratch = self._new_scratch(0)  # detection's compact arrays, reused between calls
 
     # ---- introspection ----------------------------------------------------------------------
     @property
@@ -102,16 +103,30 @@ class HierarchicalHashGrid(BroadPhase):
 
     def _nbytes(self) -> int:
         arrays = [self._cells, self._b_grid, self._b_cell, self._b_entry, self._stamp,
-                  *self._G, *self._C, *self._P]
+                  *self._G, *self._C, *self._P, *self._scratch]
         return sum(a.nbytes for a in arrays)
 
     # ---- capacity -----------------------------------------------------------------------------
+    @staticmethod
+    def _new_scratch(n: int) -> tuple:
+        """``find_pairs``' scratch for ``n`` bodies: visit, vstart, vcell, fill and ``box``,
+        whose rows of 8 float64 (lo, hi, slot) start on 64-byte boundaries (one cache line)."""
+        raw = np.empty(8 * n + 8)
+        skip = (-raw.ctypes.data % 64) // 8
+        box = raw[skip: skip + 8 * n].reshape(n, 8)
+        return (np.empty(n + 1, np.int64), np.empty(n + 1, np.int64), np.empty(n, np.int64),
+                np.empty(n, np.int64), box)
+
     @staticmethod
     def _pool_blocks(cap: int) -> int:
         # containers <= bodies and blocks <= containers + bodies / BLOCK: never overflows.
         return cap + cap // K.BLOCK + 16
 
     def _reserve(self, n_total: int) -> None:
+        if n_total >= 1 << K.ID_BITS:
+            raise BroadPhaseError(
+                f"{n_total} bodies exceed what one hash grid holds (2**{K.ID_BITS} - 1); "
+                "split the domain over more ranks")
         if not self.bodies.reserve(n_total):
             return
         cap = self.bodies.capacity
@@ -291,9 +306,11 @@ class HierarchicalHashGrid(BroadPhase):
         b = self.bodies
         if not self._active:
             return all_pairs(b.ids, b.lo, b.hi, b.n)
+        if self._scratch[2].shape[0] < b.n:  # grows with the body store (never per call)
+            self._scratch = self._new_scratch(b.capacity)
         pairs, self._last_pairs = collect_pairs(
             K.find_pairs, (b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
-                           self._cells, self._C, K.HALF_OFFSETS), self._last_pairs)
+                           self._cells, self._C, *self._scratch), self._last_pairs)
         return pairs
 
     def _query_box(self, lo, hi):
