@@ -53,6 +53,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from parsim.broadphase import HierarchicalHashGrid  # noqa: E402
+from parsim.broadphase import hashgrid_kernels as K  # noqa: E402
 
 # the 27 neighbour offsets in (dz, dy, dx) lexicographic order: index 13 is the cell itself,
 # 14..26 are the 13 "half" neighbours, in the order of parsim's HALF_OFFSETS
@@ -261,7 +262,7 @@ def run_size(n: int, args) -> dict:
     C, G = hg._C, hg._G
     cells = hg._cells
     bits = G.bits[0].astype(np.int64).copy()
-    occ = np.sort(C.cell[: C.n[0]].astype(np.int64))
+    occ = np.sort(C.row[: C.n[0], K.C_CELL].astype(np.int64))
     assert int(G.base[0]) == 0
     dims = [1 << int(b) for b in bits]
     n_cells = dims[0] * dims[1] * dims[2]

@@ -12,7 +12,8 @@ Data layout (all flat numpy arrays; see Schornbaum 2009, sections 3.1-3.6):
   That is the only per-cell memory (4 bytes): neighbour offsets are not stored but computed by
   wrap arithmetic on the three axis indices, and empty cells own no container.
 * ``Containers`` -- dense list of the occupied cells of all grids (this *is* the grid-global list
-  of occupied cells of the thesis): cell, grid, body count, first/last block, a query stamp.
+  of occupied cells of the thesis): one int32 row per container (cell, grid, body count,
+  first/last block, a query stamp; columns ``C_*``), so an edit touches one line of it.
   Removing the last body of a cell swap-removes its container, O(1).
 * ``BlockPool`` -- a container's bodies live in a doubly linked chain of fixed blocks of
   ``BLOCK`` int32 slots, taken from one pool with a free list. Every body remembers its entry
@@ -41,7 +42,11 @@ HASH_LIMIT = 2.0**50  # |coordinate| / cell size above which float64 cannot hash
 ID_BITS = 27  # containers (<= bodies) must stay below 2**ID_BITS (checked by the front end)
 
 GridTable = namedtuple("GridTable", "cell inv bits base count order rank clo chi n")
-Containers = namedtuple("Containers", "cell grid size head tail stamp n")
+Containers = namedtuple("Containers", "row n")
+# the columns of a container's row (int32, 8 per row: one row is half a cache line, so an edit
+# touches one line of container data instead of one per field)
+C_CELL, C_GRID, C_SIZE, C_HEAD, C_TAIL, C_STAMP = 0, 1, 2, 3, 4, 5
+C_COLS = 8
 BlockPool = namedtuple("BlockPool", "entries next prev meta")  # meta: [high-water, free head]
 
 # Half of the 26 neighbour offsets (those lexicographically after (0, 0, 0) in z, y, x order):
@@ -69,8 +74,7 @@ def new_grid_table() -> GridTable:
 
 
 def new_containers(cap: int) -> Containers:
-    z = lambda: np.zeros(cap, np.int32)  # noqa: E731
-    return Containers(z(), z(), z(), z(), z(), z(), np.zeros(1, np.int64))
+    return Containers(np.zeros((cap, C_COLS), np.int32), np.zeros(1, np.int64))
 
 
 def new_pool(cap_blocks: int) -> BlockPool:
@@ -208,92 +212,149 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
         if k < 0:
             k = C.n[0]
             C.n[0] = k + 1
-            C.cell[k] = cell
-            C.grid[k] = g
-            C.size[k] = 0
+            C.row[k, C_CELL] = cell
+            C.row[k, C_GRID] = g
+            C.row[k, C_SIZE] = 0
             b = alloc_block()
-            C.head[k] = b
-            C.tail[k] = b
-            C.stamp[k] = 0
+            C.row[k, C_HEAD] = b
+            C.row[k, C_TAIL] = b
+            C.row[k, C_STAMP] = 0
             cells[G.base[g] + cell] = k
-        p = C.size[k]
+        p = C.row[k, C_SIZE]
         r = p % BLOCK
         if p > 0 and r == 0:
             nb = alloc_block()
-            t = C.tail[k]
+            t = C.row[k, C_TAIL]
             P.next[t] = nb
             P.prev[nb] = t
-            C.tail[k] = nb
-        e = C.tail[k] * BLOCK + r
+            C.row[k, C_TAIL] = nb
+        e = C.row[k, C_TAIL] * BLOCK + r
         P.entries[e] = s
         b_entry[s] = e
-        C.size[k] = p + 1
+        C.row[k, C_SIZE] = p + 1
         G.count[g] += 1
 
     def remove(s, g, cell):
         k = cells[G.base[g] + cell]
         e = b_entry[s]
-        p = C.size[k] - 1
-        t = C.tail[k]
+        p = C.row[k, C_SIZE] - 1
+        t = C.row[k, C_TAIL]
         last_e = t * BLOCK + p % BLOCK
         if last_e != e:
             m = P.entries[last_e]
             P.entries[e] = m
             b_entry[m] = e
-        C.size[k] = p
+        C.row[k, C_SIZE] = p
         if p % BLOCK == 0:  # the tail block is empty now: free it
             pt = P.prev[t]
             P.next[t] = P.meta[1]
             P.meta[1] = t
-            C.tail[k] = pt
+            C.row[k, C_TAIL] = pt
             if pt >= 0:
                 P.next[pt] = -1
         if p == 0:  # the cell is empty: swap-remove its container
             cells[G.base[g] + cell] = -1
             last = C.n[0] - 1
             if k != last:
-                C.cell[k] = C.cell[last]
-                C.grid[k] = C.grid[last]
-                C.size[k] = C.size[last]
-                C.head[k] = C.head[last]
-                C.tail[k] = C.tail[last]
-                C.stamp[k] = C.stamp[last]
-                cells[G.base[C.grid[k]] + C.cell[k]] = k
+                C.row[k, C_CELL] = C.row[last, C_CELL]
+                C.row[k, C_GRID] = C.row[last, C_GRID]
+                C.row[k, C_SIZE] = C.row[last, C_SIZE]
+                C.row[k, C_HEAD] = C.row[last, C_HEAD]
+                C.row[k, C_TAIL] = C.row[last, C_TAIL]
+                C.row[k, C_STAMP] = C.row[last, C_STAMP]
+                cells[G.base[C.row[k, C_GRID]] + C.row[k, C_CELL]] = k
             C.n[0] = last
         G.count[g] -= 1
 
-    for i in range(slots.shape[0]):
-        s = slots[i]
-        g = b_grid[s]
-        if op == INSERT:
-            inv = G.inv[g]
-            cx = 0.5 * (lo[s, 0] + hi[s, 0])
-            cy = 0.5 * (lo[s, 1] + hi[s, 1])
-            cz = 0.5 * (lo[s, 2] + hi[s, 2])
-            cell = _index_s(_coord(cx, inv), _coord(cy, inv), _coord(cz, inv), G.bits[g, 0],
-                            G.bits[g, 1], (np.int64(1) << G.bits[g, 0]) - 1,
-                            (np.int64(1) << G.bits[g, 1]) - 1, (np.int64(1) << G.bits[g, 2]) - 1)
-            G.clo[g, 0] = min(G.clo[g, 0], cx)
-            G.clo[g, 1] = min(G.clo[g, 1], cy)
-            G.clo[g, 2] = min(G.clo[g, 2], cz)
-            G.chi[g, 0] = max(G.chi[g, 0], cx)
-            G.chi[g, 1] = max(G.chi[g, 1], cy)
-            G.chi[g, 2] = max(G.chi[g, 2], cz)
-            b_cell[s] = cell
-            insert(s, g, cell)
-        elif op == REMOVE:
-            if g >= 0:
+    # In chunks of CH bodies: list the bodies to edit (and copy the AABBs, compute new cells),
+    # touch what their edits will read in three dependent rounds (independent loads within a
+    # round, so the cache misses overlap instead of queuing one after another along each
+    # edit's chain cell -> container -> block -> entry), then edit. The touched values are
+    # summed and returned only so that the compiler keeps the loads.
+    CH = 64
+    mv = np.empty(CH, dtype=np.int64)
+    cnew = np.empty(CH, dtype=np.int64)
+    has_old = op != INSERT
+    has_new = op != REMOVE
+    acc = 0
+    n_all = slots.shape[0]
+    for i0 in range(0, n_all, CH):
+        nm = 0
+        for i in range(i0, min(i0 + CH, n_all)):
+            s = slots[i]
+            g = b_grid[s]
+            mv[nm] = i
+            if op == INSERT:
+                inv = G.inv[g]
+                cx = 0.5 * (lo[s, 0] + hi[s, 0])
+                cy = 0.5 * (lo[s, 1] + hi[s, 1])
+                cz = 0.5 * (lo[s, 2] + hi[s, 2])
+                cnew[nm] = _index_s(_coord(cx, inv), _coord(cy, inv), _coord(cz, inv),
+                                    G.bits[g, 0], G.bits[g, 1],
+                                    (np.int64(1) << G.bits[g, 0]) - 1,
+                                    (np.int64(1) << G.bits[g, 1]) - 1,
+                                    (np.int64(1) << G.bits[g, 2]) - 1)
+                G.clo[g, 0] = min(G.clo[g, 0], cx)
+                G.clo[g, 1] = min(G.clo[g, 1], cy)
+                G.clo[g, 2] = min(G.clo[g, 2], cz)
+                G.chi[g, 0] = max(G.chi[g, 0], cx)
+                G.chi[g, 1] = max(G.chi[g, 1], cy)
+                G.chi[g, 2] = max(G.chi[g, 2], cz)
+                nm += 1
+            elif op == REMOVE:
+                nm += g >= 0
+            else:
+                for d in range(3):
+                    lo[s, d] = lo_new[i, d]
+                    hi[s, d] = hi_new[i, d]
+                c = new_cell[i]
+                cnew[nm] = c
+                nm += (c >= 0) & (c != b_cell[s])
+        for j in range(nm):
+            s = slots[mv[j]]
+            base = G.base[b_grid[s]]
+            if has_old:
+                acc += cells[base + b_cell[s]] + b_entry[s]
+            if has_new:
+                acc += cells[base + cnew[j]]
+        for j in range(nm):
+            s = slots[mv[j]]
+            base = G.base[b_grid[s]]
+            if has_old:
+                acc += C.row[cells[base + b_cell[s]], C_TAIL] + P.entries[b_entry[s]]
+            if has_new:
+                k2 = cells[base + cnew[j]]
+                if k2 >= 0:
+                    acc += C.row[k2, C_TAIL]
+        if has_old:  # the cells of the containers likely to fill holes of emptied ones
+            for j in range(min(nm, C.n[0])):
+                kk = C.n[0] - 1 - j
+                acc += cells[G.base[C.row[kk, C_GRID]] + C.row[kk, C_CELL]]
+        for j in range(nm):
+            s = slots[mv[j]]
+            base = G.base[b_grid[s]]
+            if has_old:
+                k = cells[base + b_cell[s]]
+                t = C.row[k, C_TAIL]
+                acc += P.entries[t * BLOCK + (C.row[k, C_SIZE] - 1) % BLOCK] + P.next[t] + P.prev[t]
+            if has_new:
+                k2 = cells[base + cnew[j]]
+                if k2 >= 0:
+                    acc += P.entries[C.row[k2, C_TAIL] * BLOCK]
+        for j in range(nm):
+            s = slots[mv[j]]
+            g = b_grid[s]
+            if op == INSERT:
+                b_cell[s] = cnew[j]
+                insert(s, g, cnew[j])
+            elif op == REMOVE:
                 remove(s, g, b_cell[s])
                 b_grid[s] = -1
-        else:
-            for d in range(3):
-                lo[s, d] = lo_new[i, d]
-                hi[s, d] = hi_new[i, d]
-            c = new_cell[i]
-            if c >= 0 and c != b_cell[s]:
+            else:
                 remove(s, g, b_cell[s])
-                insert(s, g, c)
-                b_cell[s] = c
+                insert(s, g, cnew[j])
+                b_cell[s] = cnew[j]
+    return acc
 
 
 @njit(cache=True)
@@ -315,7 +376,7 @@ def relocate_bodies(move_src, move_dst, b_grid, b_cell, b_entry, P):
 def clear_all(G, cells, C, P):
     """Empty every grid (keeping their sizes): the 'clear and re-insert' update strategy."""
     for k in range(C.n[0]):
-        cells[G.base[C.grid[k]] + C.cell[k]] = -1
+        cells[G.base[C.row[k, C_GRID]] + C.row[k, C_CELL]] = -1
     C.n[0] = 0
     P.meta[0] = 0
     P.meta[1] = -1
@@ -389,9 +450,9 @@ def containers_in_cell_order(G, C, out, tmp):
         rank_bits += 1
     gfirst = np.zeros(ng + 1, dtype=np.int64)
     for k in range(n):
-        r = G.rank[C.grid[k]]
+        r = G.rank[C.row[k, C_GRID]]
         gfirst[r + 1] += 1
-        out[k] = (((r << cell_bits) | C.cell[k]) << ID_BITS) | k
+        out[k] = (((r << cell_bits) | C.row[k, C_CELL]) << ID_BITS) | k
     for r in range(ng):
         gfirst[r + 1] += gfirst[r]
     digit = 11
@@ -462,8 +523,8 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         vcell[v] = (w >> ID_BITS) & cell_mask
         vstart[v] = m
         fill[v] = m
-        m += C.size[k]
-        cells[G.base[C.grid[k]] + vcell[v]] = v  # while detecting: the visit index
+        m += C.row[k, C_SIZE]
+        cells[G.base[C.row[k, C_GRID]] + vcell[v]] = v  # while detecting: the visit index
     vstart[n_vis] = m
     # counting sort of the bodies by visit index: bodies are read in slot order (sequential),
     # only the cell lookup and the write of one compact row are scattered
@@ -576,7 +637,7 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
     # restore the container ids in the cells
     for v in range(n_vis):
         k = visit[v]
-        cells[G.base[C.grid[k]] + C.cell[k]] = k
+        cells[G.base[C.row[k, C_GRID]] + C.row[k, C_CELL]] = k
     if st[1] == 0:  # compact rows -> ids (a < b)
         for i in range(st[0]):
             ia = ids[np.int64(box[out[i, 0], 6])]
@@ -600,8 +661,8 @@ def query_box_cells(ids, lo, hi, G, cells, C, P, qlo, qhi):
 
     def scan(k, out):  # test the bodies of container k; returns the (possibly grown) output
         m = found[0]
-        b = C.head[k]
-        rem = C.size[k]
+        b = C.row[k, C_HEAD]
+        rem = C.row[k, C_SIZE]
         while rem > 0:
             cnt = min(rem, BLOCK)
             for j in range(cnt):
@@ -701,8 +762,8 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
 
     def test(k, out, tt):  # slab-test the bodies of container k; returns the grown outputs
         m = found[0]
-        b = C.head[k]
-        rem = C.size[k]
+        b = C.row[k, C_HEAD]
+        rem = C.row[k, C_SIZE]
         while rem > 0:
             cnt = min(rem, BLOCK)
             for j in range(cnt):
@@ -749,7 +810,7 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
         scan = far or walk * 27.0 > G.count[g] + 27.0
         if scan:
             for k in range(C.n[0]):
-                if C.grid[k] == g:
+                if C.row[k, C_GRID] == g:
                     out, tt = test(k, out, tt)
             continue
         stamp[0] += 1
@@ -782,9 +843,9 @@ def raycast_cells(ids, lo, hi, G, cells, C, P, o, d, t_max, stamp):
                     for dx in range(-1, 2):
                         k = cells[base + _index_s(cur[0] + dx, cur[1] + dy, cur[2] + dz,
                                                   bx, by, mx, my, mz)]
-                        if k < 0 or C.stamp[k] == mark:
+                        if k < 0 or C.row[k, C_STAMP] == mark:
                             continue
-                        C.stamp[k] = mark
+                        C.row[k, C_STAMP] = mark
                         out, tt = test(k, out, tt)
             # advance to the next cell along the ray
             a = 0
