@@ -492,13 +492,13 @@ SCAN_COARSE_MAX = 16
 
 @njit(cache=True)
 def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart, vcell, fill,
-               box, out):
+               box, id_in_row, out):
     """Every overlapping pair once (Algorithm 4): within cells, against half of the neighbour
     cells, and each body against the cells of every coarser grid that can hold an overlapping body.
 
     The occupied cells are first listed grid by grid in cell order (``visit``, a radix sort of
-    the containers) and the bodies' AABBs copied into a compact array (``box``: lo, hi, slot per
-    row of 8 float64, one cache line) grouped by cell: the v-th occupied cell owns rows
+    the containers) and the bodies' AABBs copied into a compact array (``box``: lo, hi, id or
+    slot per row of 8 float64, one cache line) grouped by cell: the v-th occupied cell owns rows
     ``vstart[v] : vstart[v + 1]``.
     The grouping is a counting sort of the bodies in slot order, keyed by the cell's visit
     index, which each occupied cell holds in ``cells`` instead of its container id while
@@ -538,7 +538,9 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         for d in range(3):
             box[j, d] = lo[s, d]
             box[j, 3 + d] = hi[s, d]
-        box[j, 6] = s  # the slot, exact in float64; the rows stay one cache line each
+        # the id if float64 holds it exactly (``id_in_row``: all ids < 2**53), else the slot;
+        # either way the rows stay one cache line each
+        box[j, 6] = ids[s] if id_in_row else s
 
     rows = out.shape[0]
     # the pair buffer state lives in a 2-element array so the closure below can update it
@@ -557,8 +559,14 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
             h1 = box[a, 4]
             h2 = box[a, 5]
             for b in range(b0, b1):
-                out[n, 0] = a  # compact rows; turned into ids at the end
-                out[n, 1] = b
+                if id_in_row:
+                    ia = np.int64(box[a, 6])
+                    ib = np.int64(box[b, 6])
+                    out[n, 0] = min(ia, ib)
+                    out[n, 1] = max(ia, ib)
+                else:
+                    out[n, 0] = a  # compact rows; turned into ids at the end
+                    out[n, 1] = b
                 n += ((l0 <= box[b, 3]) & (box[b, 0] <= h0) & (l1 <= box[b, 4])
                       & (box[b, 1] <= h1) & (l2 <= box[b, 5]) & (box[b, 2] <= h2))
                 if n == rows - 1:  # overflow: keep counting, the caller retries
@@ -573,6 +581,8 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
             test_range(a0, a1, vstart[v2], vstart[v2 + 1])
 
     ng = G.n[0]
+    CHV = 16
+    nbv = np.empty((CHV, 13), dtype=np.int64)
     for r in range(ng):
         g = G.order[r]
         if G.count[g] == 0:
@@ -584,52 +594,62 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         mx = (np.int64(1) << bx) - 1
         my = (np.int64(1) << by) - 1
         mz = (np.int64(1) << G.bits[g, 2]) - 1
-        for v in range(gfirst[r], gfirst[r + 1]):
-            a0 = vstart[v]
-            a1 = vstart[v + 1]
-            # pairs inside the cell
-            for a in range(a0, a1 - 1):
-                test_range(a, a + 1, a + 1, a1)
-            # half of the 26 neighbour cells: +x in the own row, then four rows of three
-            cell = vcell[v]
-            ix = cell & mx
-            iy = (cell >> bx) & my
-            iz = cell >> bxy
-            xm = (ix - 1) & mx
-            xp = (ix + 1) & mx
-            test_cell(a0, a1, base + (xp | (cell - ix)))
-            for q in range(4):
-                dy = 1 if q == 0 or q == 3 else (-1 if q == 1 else 0)
-                dz = 0 if q == 0 else 1
-                row = base + ((((iy + dy) & my) << bx) | (((iz + dz) & mz) << bxy))
-                test_cell(a0, a1, row + xm)
-                test_cell(a0, a1, row + ix)
-                test_cell(a0, a1, row + xp)
-            # every coarser grid with many bodies: probe the cells that can hold a partner
-            for r2 in range(r + 1, ng):
-                h = G.order[r2]
-                if G.count[h] <= SCAN_COARSE_MAX:
-                    continue
-                inv = G.inv[h]
-                half_cell = 0.5 * G.cell[h]
-                hbase = G.base[h]
-                hbx = G.bits[h, 0]
-                hby = G.bits[h, 1]
-                hmx = (np.int64(1) << hbx) - 1
-                hmy = (np.int64(1) << hby) - 1
-                hmz = (np.int64(1) << G.bits[h, 2]) - 1
-                for a in range(a0, a1):
-                    x0 = _coord(box[a, 0] - half_cell, inv)
-                    x1 = _coord(box[a, 3] + half_cell, inv)
-                    y0 = _coord(box[a, 1] - half_cell, inv)
-                    y1 = _coord(box[a, 4] + half_cell, inv)
-                    z0 = _coord(box[a, 2] - half_cell, inv)
-                    z1 = _coord(box[a, 5] + half_cell, inv)
-                    for cz in range(z0, z1 + 1):
-                        for cy in range(y0, y1 + 1):
-                            for cx in range(x0, x1 + 1):
-                                test_cell(a, a + 1, hbase + _index_s(cx, cy, cz, hbx, hby,
-                                                                     hmx, hmy, hmz))
+        for v0 in range(gfirst[r], gfirst[r + 1], CHV):
+            v1 = min(v0 + CHV, gfirst[r + 1])
+            # first the 13 half-neighbour lookups of a chunk of cells (independent loads whose
+            # cache misses overlap), then the tests: +x in the own row, four rows of three
+            for v in range(v0, v1):
+                j = v - v0
+                cell = vcell[v]
+                ix = cell & mx
+                iy = (cell >> bx) & my
+                iz = cell >> bxy
+                xm = (ix - 1) & mx
+                xp = (ix + 1) & mx
+                nbv[j, 0] = cells[base + (xp | (cell - ix))]
+                for q in range(4):
+                    dy = 1 if q == 0 or q == 3 else (-1 if q == 1 else 0)
+                    dz = 0 if q == 0 else 1
+                    row = base + ((((iy + dy) & my) << bx) | (((iz + dz) & mz) << bxy))
+                    nbv[j, 1 + 3 * q] = cells[row + xm]
+                    nbv[j, 2 + 3 * q] = cells[row + ix]
+                    nbv[j, 3 + 3 * q] = cells[row + xp]
+            for v in range(v0, v1):
+                j = v - v0
+                a0 = vstart[v]
+                a1 = vstart[v + 1]
+                # pairs inside the cell
+                for a in range(a0, a1 - 1):
+                    test_range(a, a + 1, a + 1, a1)
+                for o in range(13):
+                    v2 = nbv[j, o]
+                    if v2 >= 0:
+                        test_range(a0, a1, vstart[v2], vstart[v2 + 1])
+                # every coarser grid with many bodies: probe the cells that can hold a partner
+                for r2 in range(r + 1, ng):
+                    h = G.order[r2]
+                    if G.count[h] <= SCAN_COARSE_MAX:
+                        continue
+                    inv = G.inv[h]
+                    half_cell = 0.5 * G.cell[h]
+                    hbase = G.base[h]
+                    hbx = G.bits[h, 0]
+                    hby = G.bits[h, 1]
+                    hmx = (np.int64(1) << hbx) - 1
+                    hmy = (np.int64(1) << hby) - 1
+                    hmz = (np.int64(1) << G.bits[h, 2]) - 1
+                    for a in range(a0, a1):
+                        x0 = _coord(box[a, 0] - half_cell, inv)
+                        x1 = _coord(box[a, 3] + half_cell, inv)
+                        y0 = _coord(box[a, 1] - half_cell, inv)
+                        y1 = _coord(box[a, 4] + half_cell, inv)
+                        z0 = _coord(box[a, 2] - half_cell, inv)
+                        z1 = _coord(box[a, 5] + half_cell, inv)
+                        for cz in range(z0, z1 + 1):
+                            for cy in range(y0, y1 + 1):
+                                for cx in range(x0, x1 + 1):
+                                    test_cell(a, a + 1, hbase + _index_s(cx, cy, cz, hbx, hby,
+                                                                         hmx, hmy, hmz))
         # a sparse coarser grid: its bodies against every finer body, which precede them
         if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
             fine_end = vstart[gfirst[r]]
@@ -638,7 +658,7 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
     for v in range(n_vis):
         k = visit[v]
         cells[G.base[C.row[k, C_GRID]] + C.row[k, C_CELL]] = k
-    if st[1] == 0:  # compact rows -> ids (a < b)
+    if st[1] == 0 and not id_in_row:  # compact rows -> ids (a < b)
         for i in range(st[0]):
             ia = ids[np.int64(box[out[i, 0], 6])]
             ib = ids[np.int64(box[out[i, 1], 6])]

@@ -84,6 +84,7 @@ class HierarchicalHashGrid(BroadPhase):
         self._stamp = np.zeros(1, dtype=np.int64)
         self._last_pairs = 0  # sizes the next pair buffer
         self._scratch = self._new_scratch(0)  # detection's compact arrays, reused between calls
+        self._max_id = -1  # largest id ever added (ids below 2**53 are exact in float64)
 
     # ---- introspection ----------------------------------------------------------------------
     @property
@@ -110,7 +111,7 @@ class HierarchicalHashGrid(BroadPhase):
     @staticmethod
     def _new_scratch(n: int) -> tuple:
         """``find_pairs``' scratch for ``n`` bodies: visit, vstart, vcell, fill and ``box``,
-        whose rows of 8 float64 (lo, hi, slot) start on 64-byte boundaries (one cache line)."""
+        whose rows of 8 float64 (lo, hi, id or slot) start on 64-byte boundaries (one cache line)."""
         raw = np.empty(8 * n + 8)
         skip = (-raw.ctypes.data % 64) // 8
         box = raw[skip: skip + 8 * n].reshape(n, 8)
@@ -245,6 +246,7 @@ class HierarchicalHashGrid(BroadPhase):
 
     # ---- BroadPhase hooks -------------------------------------------------------------------------
     def _add(self, ids, lo, hi):
+        self._max_id = max(self._max_id, int(ids.max()))
         b = self.bodies
         n_total = b.n + ids.shape[0]
         self._reserve(n_total)
@@ -310,7 +312,8 @@ class HierarchicalHashGrid(BroadPhase):
             self._scratch = self._new_scratch(b.capacity)
         pairs, self._last_pairs = collect_pairs(
             K.find_pairs, (b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
-                           self._cells, self._C, *self._scratch), self._last_pairs)
+                           self._cells, self._C, *self._scratch, self._max_id < 2**53),
+            self._last_pairs)
         return pairs
 
     def _query_box(self, lo, hi):

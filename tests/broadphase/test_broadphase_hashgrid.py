@@ -490,3 +490,25 @@ def test_far_body_never_silently_mis_hashed_across_activation():
         t.remove([50])
     t.add(np.arange(5, 12), lo[5:], hi[5:], n_queries=3)
     assert t.bp.active
+
+
+def test_ids_beyond_float64_exactness_and_sparse_and_dense_coarse_grids():
+    # find_pairs carries ids in float64 rows when all ids are < 2**53 and slots otherwise; ids
+    # just above 2**53 and near 2**63 take the second path and must come back exact. Coarse
+    # grids with few bodies are scanned against all finer bodies, with many bodies probed cell
+    # by cell: both happen here (a 2nd size class of 8 bodies, a 3rd one of 400).
+    rng = np.random.default_rng(31)
+    n_small, n_mid, n_big = 3000, 400, 8
+    c = rng.uniform(0, 40, (n_small + n_mid + n_big, 3))
+    size = np.concatenate([np.full(n_small, 1.0), np.full(n_mid, 3.0), np.full(n_big, 12.0)])
+    lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
+    for base in (2**53 + 1, 2**63 - 10**6, 0):
+        ids = base + rng.permutation(lo.shape[0]).astype(np.int64)
+        bp = hhg()
+        bp.add(ids, lo, hi)
+        assert grid_info(bp)["n_bodies"].tolist() == [n_small, n_mid, n_big]
+        orc.assert_pairs_equal(bp.pairs(), orc.pairs(ids, lo, hi), label=f"ids from {base}")
+        shift = rng.normal(0, 0.3, lo.shape)
+        bp.update(ids, lo + shift, hi + shift)
+        orc.assert_pairs_equal(bp.pairs(), orc.pairs(ids, lo + shift, hi + shift),
+                               label=f"ids from {base}, moved")
