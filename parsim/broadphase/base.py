@@ -47,20 +47,40 @@ def as_ids(ids, name: str = "ids") -> np.ndarray:
     return arr
 
 
+@njit(cache=True)
+def _first_bad_box(lo, hi):
+    """(row, kind) of the first row with a non-finite corner (kind 1 in lo, 2 in hi) or with
+    lo > hi (kind 3), else (-1, 0): one pass, where the numpy checks took four."""
+    for i in range(lo.shape[0]):
+        bad = 0
+        for d in range(3):
+            a = lo[i, d]
+            b = hi[i, d]
+            if not (abs(a) < np.inf):  # also NaN
+                return i, 1
+            if not (abs(b) < np.inf):
+                return i, 2
+            if a > b:
+                bad = 3
+        if bad:
+            return i, bad
+    return -1, 0
+
+
 def as_boxes(lo, hi, n: int) -> tuple[np.ndarray, np.ndarray]:
     lo = np.ascontiguousarray(lo, dtype=np.float64)
     hi = np.ascontiguousarray(hi, dtype=np.float64)
     for name, a in (("lo", lo), ("hi", hi)):
         if a.shape != (n, 3):
             raise BroadPhaseError(f"{name} must have shape ({n}, 3) to match ids, got {a.shape}")
-        if not np.isfinite(a).all():
-            bad = int(np.nonzero(~np.isfinite(a).all(axis=1))[0][0])
-            raise BroadPhaseError(
-                f"{name}[{bad}] = {a[bad].tolist()} is not finite; AABB corners must be finite "
-                "(register unbounded bodies with add_infinite)"
-            )
-    if n and (lo > hi).any():
-        bad = int(np.nonzero((lo > hi).any(axis=1))[0][0])
+    bad, kind = _first_bad_box(lo, hi)
+    if kind in (1, 2):
+        name, a = ("lo", lo) if kind == 1 else ("hi", hi)
+        raise BroadPhaseError(
+            f"{name}[{bad}] = {a[bad].tolist()} is not finite; AABB corners must be finite "
+            "(register unbounded bodies with add_infinite)"
+        )
+    if kind == 3:
         raise BroadPhaseError(
             f"lo[{bad}] = {lo[bad].tolist()} exceeds hi[{bad}] = {hi[bad].tolist()}; "
             "pass the lower corner as lo and the upper corner as hi"

@@ -97,6 +97,14 @@ def _index_s(ix, iy, iz, bx, by, mx, my, mz):
     return (ix & mx) | ((iy & my) << bx) | ((iz & mz) << (bx + by))
 
 
+@njit(cache=True, inline="always")
+def _cell_of(cx, cy, cz, inv, bx, by, bz):
+    """Linear cell index of a centre in a grid of inverse cell size ``inv`` and ``2**b*`` cells
+    per axis (scalars only: no per-call reference counting)."""
+    return _index_s(_coord(cx, inv), _coord(cy, inv), _coord(cz, inv), bx, by,
+                    (np.int64(1) << bx) - 1, (np.int64(1) << by) - 1, (np.int64(1) << bz) - 1)
+
+
 @njit(cache=True)
 def _create_grid(G, cell, pos, init_bits):
     """Create a grid of the given cell size at rank ``pos`` of the order; return its id."""
@@ -289,11 +297,7 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
                 cx = 0.5 * (lo[s, 0] + hi[s, 0])
                 cy = 0.5 * (lo[s, 1] + hi[s, 1])
                 cz = 0.5 * (lo[s, 2] + hi[s, 2])
-                cnew[nm] = _index_s(_coord(cx, inv), _coord(cy, inv), _coord(cz, inv),
-                                    G.bits[g, 0], G.bits[g, 1],
-                                    (np.int64(1) << G.bits[g, 0]) - 1,
-                                    (np.int64(1) << G.bits[g, 1]) - 1,
-                                    (np.int64(1) << G.bits[g, 2]) - 1)
+                cnew[nm] = _cell_of(cx, cy, cz, inv, G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
                 G.clo[g, 0] = min(G.clo[g, 0], cx)
                 G.clo[g, 1] = min(G.clo[g, 1], cy)
                 G.clo[g, 2] = min(G.clo[g, 2], cz)
@@ -409,11 +413,7 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
             cz = 0.5 * (lo_new[i, 2] + hi_new[i, 2])
             if max(abs(cx), abs(cy), abs(cz)) * inv > HASH_LIMIT:
                 return NOT_HASHABLE, i
-            out_cell[i] = _index_s(_coord(cx, inv), _coord(cy, inv), _coord(cz, inv),
-                                   G.bits[g, 0], G.bits[g, 1],
-                                   (np.int64(1) << G.bits[g, 0]) - 1,
-                                   (np.int64(1) << G.bits[g, 1]) - 1,
-                                   (np.int64(1) << G.bits[g, 2]) - 1)
+            out_cell[i] = _cell_of(cx, cy, cz, inv, G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
             G.clo[g, 0] = min(G.clo[g, 0], cx)
             G.clo[g, 1] = min(G.clo[g, 1], cy)
             G.clo[g, 2] = min(G.clo[g, 2], cz)
