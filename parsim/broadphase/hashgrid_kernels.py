@@ -527,20 +527,37 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         cells[G.base[C.row[k, C_GRID]] + vcell[v]] = v  # while detecting: the visit index
     vstart[n_vis] = m
     # counting sort of the bodies by visit index: bodies are read in slot order (sequential),
-    # only the cell lookup and the write of one compact row are scattered
-    for s in range(n_slots):
-        g = b_grid[s]
-        if g < 0:
-            continue
-        v = cells[G.base[g] + b_cell[s]]
-        j = fill[v]
-        fill[v] = j + 1
-        for d in range(3):
-            box[j, d] = lo[s, d]
-            box[j, 3 + d] = hi[s, d]
-        # the id if float64 holds it exactly (``id_in_row``: all ids < 2**53), else the slot;
-        # either way the rows stay one cache line each
-        box[j, 6] = ids[s] if id_in_row else s
+    # only the cell lookup and the write of one compact row are scattered. In chunks of 64:
+    # the destination rows first, then one load from each (the rows' cache misses overlap
+    # instead of stalling the stores one by one), then the writes.
+    dest = np.empty(64, dtype=np.int64)
+    touched = 0.0
+    for s0 in range(0, n_slots, 64):
+        s1 = min(s0 + 64, n_slots)
+        for s in range(s0, s1):
+            g = b_grid[s]
+            j = -1
+            if g >= 0:
+                v = cells[G.base[g] + b_cell[s]]
+                j = fill[v]
+                fill[v] = j + 1
+            dest[s - s0] = j
+        for k in range(s1 - s0):
+            if dest[k] >= 0:
+                touched += box[dest[k], 7]
+        for s in range(s0, s1):
+            j = dest[s - s0]
+            if j < 0:
+                continue
+            for d in range(3):
+                box[j, d] = lo[s, d]
+                box[j, 3 + d] = hi[s, d]
+            # the id if float64 holds it exactly (``id_in_row``: all ids < 2**53), else the
+            # slot; either way the rows stay one cache line each
+            box[j, 6] = ids[s] if id_in_row else s
+            box[j, 7] = 0.0
+    if m > 0:
+        box[0, 7] = touched  # column 7 is padding: storing the sum keeps the touching loads
 
     rows = out.shape[0]
     # the pair buffer state lives in a 2-element array so the closure below can update it
