@@ -56,7 +56,7 @@ from parsim.broadphase import HierarchicalHashGrid  # noqa: E402
 from parsim.broadphase import hashgrid_kernels as K  # noqa: E402
 
 # the 27 neighbour offsets in (dz, dy, dx) lexicographic order: index 13 is the cell itself,
-# 14..26 are the 13 "half" neighbours, in the order of parsim's HALF_OFFSETS
+# 14..26 are the 13 "half" neighbours (those find_pairs visits)
 OFF27 = np.array([(dx, dy, dz) for dz in (-1, 0, 1) for dy in (-1, 0, 1) for dx in (-1, 0, 1)],
                  dtype=np.int64)
 HALF = np.ascontiguousarray(OFF27[14:])

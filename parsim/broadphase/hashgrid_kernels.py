@@ -49,14 +49,6 @@ C_CELL, C_GRID, C_SIZE, C_HEAD, C_TAIL, C_STAMP = 0, 1, 2, 3, 4, 5
 C_COLS = 8
 BlockPool = namedtuple("BlockPool", "entries next prev meta")  # meta: [high-water, free head]
 
-# Half of the 26 neighbour offsets (those lexicographically after (0, 0, 0) in z, y, x order):
-# scanning these from every occupied cell meets each pair of neighbouring cells exactly once.
-HALF_OFFSETS = np.array(
-    [(dx, dy, dz) for dz in (-1, 0, 1) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
-     if (dz, dy, dx) > (0, 0, 0)],
-    dtype=np.int64,
-)
-
 # status codes returned by kernels
 OK = 0
 TOO_MANY_GRIDS = 1
@@ -614,7 +606,9 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         for v0 in range(gfirst[r], gfirst[r + 1], CHV):
             v1 = min(v0 + CHV, gfirst[r + 1])
             # first the 13 half-neighbour lookups of a chunk of cells (independent loads whose
-            # cache misses overlap), then the tests: +x in the own row, four rows of three
+            # cache misses overlap), then the tests. The 13 are the offsets after (0, 0, 0) in
+            # (dz, dy, dx) order, so every pair of neighbouring cells meets once: +x in the own
+            # row, then the rows (dy, dz) = (1, 0), (-1, 1), (0, 1), (1, 1), three x cells each
             for v in range(v0, v1):
                 j = v - v0
                 cell = vcell[v]
