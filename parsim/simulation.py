@@ -33,7 +33,7 @@ from .bodies import FIXED, GLOBAL, INFINITE, MAX_UID, REPLICATED, BodyStorage
 from .comm import Net, auto_comm
 from .decomposition import Decomposition, default_blocks
 from .halo import Halo
-from .contacts import accumulate, sphere_pair_forces
+from .contacts import accumulate, mark_touched, sphere_pair_forces
 from .contacts_general import general_pair_forces, scratch
 from .parallel import pick
 from .materials import Material, collision_time, make_material, override_row, pair_table
@@ -694,8 +694,9 @@ class Simulation:
     # ---- the step ----------------------------------------------------------------------------
     def _forces(self, update: bool = True) -> None:
         st, nl = self.st, self.nl
-        self.n_contacts = pick(sphere_pair_forces, nl.simple_idx.size)(
-            nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material,
+        n_simple = nl.simple_idx.size
+        self.n_contacts = pick(sphere_pair_forces, n_simple)(
+            nl.simple_idx, n_simple, n_simple == nl.n_pairs, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material,
             st.mass, st.position, st.velocity, st.angular_velocity, st.image, self.table,
             self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, nl.live, update)
         if nl.general_idx.size:
@@ -709,8 +710,11 @@ class Simulation:
                 st.bounding_radius, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, nl.live, update,
                 *self._scratch)
         dense = 8 * self.n_contacts >= nl.n_pairs
-        pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry, nl.live, dense, nl.pf, nl.pta,
-                                     nl.ptb, st.flags, st.mass, self.gravity, st.force, st.torque)
+        if not dense:
+            mark_touched(st.n_owned, nl.pa, nl.pb, nl.live, nl.touched)
+        pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry, nl.live, dense, nl.touched,
+                                     nl.pf, nl.pta, nl.ptb, st.flags, st.mass, self.gravity,
+                                     st.force, st.torque)
         if self._has_global:
             global_bodies.assemble(st, nl, self.net, self.gravity)
 
@@ -736,7 +740,7 @@ class Simulation:
         t2 = time.perf_counter()
         self._forces()
         t3 = time.perf_counter()
-        pick(I.second_half, st.n_owned)(st.n_owned, self.dt, st.flags, st.inv_mass, st.inertia, st.inv_inertia,
+        pick(I.second_half, st.n_owned)(st.n_owned, self.dt, st.flags, st.shape, st.inv_mass, st.inertia, st.inv_inertia,
                       st.orientation, st.velocity, st.angular_velocity, st.force, st.torque)
         self.step_count += 1
         self.time += self.dt

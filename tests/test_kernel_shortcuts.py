@@ -1,7 +1,8 @@
 """The step kernels' shortcuts change no result.
 
 * The per-body sums add every pair's row in "dense" mode and skip pairs that are not live in
-  "sparse" mode; both must give the same bits, which rests on the invariant that a pair out of
+  "sparse" mode, where bodies without a live pair (``mark_touched``) skip their lists
+  altogether; all must give the same bits, which rests on the invariant that a pair out of
   contact has an all-zero output row.
 * The general pair kernel skips the narrow phase when the bounding spheres (or bounding sphere
   and plane) are apart; the narrow phase must then find no contact, including for the
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import parsim
-from parsim.contacts import accumulate
+from parsim.contacts import accumulate, mark_touched
 from parsim.contacts_general import _apart
 from parsim.narrowphase import MAX_CONTACTS, collide
 from parsim.shapes import BOX, CAPSULE, PLANE, SPHERE, bounding_radius
@@ -59,15 +60,30 @@ def test_dense_and_sparse_sums_give_the_same_bits_and_open_pairs_have_zero_rows(
         if step % 40:
             continue
         assert 0 < live.sum() < live.size     # both branches of the sums are exercised
+        touched = np.full(st.n_owned, 7, dtype=np.uint8)
+        mark_touched(st.n_owned, nl.pa, nl.pb, nl.live, touched)
+        # the bodies of live pairs, by brute force
+        expect = np.zeros(st.n_owned, dtype=np.uint8)
+        for p in np.flatnonzero(live):
+            for b in (nl.pa[p], nl.pb[p]):
+                if b < st.n_owned:
+                    expect[b] = 1
+        assert np.array_equal(touched, expect)
+        assert 0 < expect.sum() < st.n_owned
         out = {}
-        for dense in (False, True):
+        for mode, dense, marks in (("sparse", False, touched),
+                                   ("sparse, every body marked", False,
+                                    np.ones(st.n_owned, dtype=np.uint8)),
+                                   ("dense", True, np.zeros(st.n_owned, dtype=np.uint8))):
             f = np.full_like(st.force, np.nan)
             t = np.full_like(st.torque, np.nan)
-            accumulate[0](st.n_owned, nl.ptr, nl.entry, nl.live, dense, nl.pf, nl.pta, nl.ptb,
-                          st.flags, st.mass, sim.gravity, f, t)
-            out[dense] = (f[: st.n_owned], t[: st.n_owned])
-        assert np.array_equal(out[False][0], out[True][0])
-        assert np.array_equal(out[False][1], out[True][1])
+            accumulate[0](st.n_owned, nl.ptr, nl.entry, nl.live, dense, marks, nl.pf, nl.pta,
+                          nl.ptb, st.flags, st.mass, sim.gravity, f, t)
+            out[dense if mode != "sparse, every body marked" else "all"] = (
+                f[: st.n_owned], t[: st.n_owned])
+        for other in ("all", True):
+            assert np.array_equal(out[False][0], out[other][0])
+            assert np.array_equal(out[False][1], out[other][1])
         # the engine's own sums of this step (whichever mode it chose) are the same bits
         assert np.array_equal(out[True][0], st.force[: st.n_owned])
         assert np.array_equal(out[True][1], st.torque[: st.n_owned])
