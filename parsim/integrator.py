@@ -119,41 +119,68 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
 
 
 def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, orientation, velocity,
-                angular_velocity, force, torque):
-    """Second half kick of bodies 0..n-1 with the new forces."""
+                angular_velocity, force, torque, position, lo, hi, walled):
+    """Second half kick of bodies 0..n-1 with the new forces, and the end-of-step state check
+    of :func:`check_state` in the same pass (it would read position, velocity and angular
+    velocity once more: 0.2-0.3 ms per step at 64,000 bodies). Returns what
+    :func:`check_state` returns for the kicked state: (index, cause) of the first bad body, or
+    (-1, 0)."""
     h = 0.5 * dt
+    lo3, hi3 = (lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2])
+    walled3 = (walled[0], walled[1], walled[2])
+    first = 2 * n          # 2 * index + (0: non-finite, 1: outside); min over bodies = first
     for i in prange(n):
-        if flags[i] & FIXED:
-            continue
-        im = inv_mass[i]
-        for d in range(3):
-            velocity[i, d] += h * force[i, d] * im
-        ii = row3(inv_inertia, i)
-        if _isotropic(shape, inertia, i):
+        if not (flags[i] & FIXED):
+            im = inv_mass[i]
             for d in range(3):
-                angular_velocity[i, d] += h * torque[i, d] * ii[0]
-        else:
-            q = row4(orientation, i)
-            L0 = _angular_momentum(q, row3(inertia, i), row3(angular_velocity, i))
-            L = (L0[0] + h * torque[i, 0], L0[1] + h * torque[i, 1], L0[2] + h * torque[i, 2])
-            w = _body_omega(q, ii, L)
-            angular_velocity[i, 0], angular_velocity[i, 1], angular_velocity[i, 2] = w
+                velocity[i, d] += h * force[i, d] * im
+            ii = row3(inv_inertia, i)
+            if _isotropic(shape, inertia, i):
+                for d in range(3):
+                    angular_velocity[i, d] += h * torque[i, d] * ii[0]
+            else:
+                q = row4(orientation, i)
+                L0 = _angular_momentum(q, row3(inertia, i), row3(angular_velocity, i))
+                L = (L0[0] + h * torque[i, 0], L0[1] + h * torque[i, 1],
+                     L0[2] + h * torque[i, 2])
+                w = _body_omega(q, ii, L)
+                angular_velocity[i, 0], angular_velocity[i, 1], angular_velocity[i, 2] = w
+        code = _state_code(i, flags[i] & FIXED, row3(position, i), row3(velocity, i),
+                           row3(angular_velocity, i), lo3, hi3, walled3)
+        if code >= 0:
+            first = min(first, code)
+    if first == 2 * n:
+        return -1, 0
+    return first // 2, 1 + first % 2
+
+
+@njit(cache=True, inline="always")
+def _state_code(i, fixed, p, v, w, lo, hi, walled):
+    """2 i if body i has a non-finite state, 2 i + 1 if its centre is outside the domain on a
+    walled axis (movable bodies only), else -1. Takes tuples, not arrays: an array argument of
+    an inlined helper costs atomic reference-count updates per call (10x this check's time)."""
+    for d in range(3):
+        if not (math.isfinite(p[d]) and math.isfinite(v[d]) and math.isfinite(w[d])):
+            return 2 * i
+    if fixed:
+        return -1
+    for d in range(3):
+        if walled[d] and (p[d] < lo[d] or p[d] >= hi[d]):
+            return 2 * i + 1
+    return -1
 
 
 @njit(cache=True)
 def check_state(n, flags, position, velocity, angular_velocity, lo, hi, walled):
     """First body (index, cause) with a non-finite state (cause 1) or a centre outside the
     domain on a non-periodic axis (cause 2); (-1, 0) when all is well."""
+    lo3, hi3 = (lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2])
+    walled3 = (walled[0], walled[1], walled[2])
     for i in range(n):
-        for d in range(3):
-            if not (math.isfinite(position[i, d]) and math.isfinite(velocity[i, d])
-                    and math.isfinite(angular_velocity[i, d])):
-                return i, 1
-        if flags[i] & FIXED:
-            continue
-        for d in range(3):
-            if walled[d] and (position[i, d] < lo[d] or position[i, d] >= hi[d]):
-                return i, 2
+        code = _state_code(i, flags[i] & FIXED, row3(position, i), row3(velocity, i),
+                           row3(angular_velocity, i), lo3, hi3, walled3)
+        if code >= 0:
+            return code // 2, 1 + code % 2
     return -1, 0
 
 

@@ -740,12 +740,15 @@ class Simulation:
         t2 = time.perf_counter()
         self._forces()
         t3 = time.perf_counter()
-        pick(I.second_half, st.n_owned)(st.n_owned, self.dt, st.flags, st.shape, st.inv_mass, st.inertia, st.inv_inertia,
-                      st.orientation, st.velocity, st.angular_velocity, st.force, st.torque)
+        # the second kick also checks the new state (one pass instead of two)
+        found = pick(I.second_half, st.n_owned)(
+            st.n_owned, self.dt, st.flags, st.shape, st.inv_mass, st.inertia, st.inv_inertia,
+            st.orientation, st.velocity, st.angular_velocity, st.force, st.torque, st.position,
+            self.lo, self.hi, self._checked_walls())
         self.step_count += 1
         self.time += self.dt
         t4 = time.perf_counter()
-        self._check(self.step_count)
+        self._check(self.step_count, found)
         t5 = time.perf_counter()
         tm = self.timers
         tm["integration"] += (t1 - t0) + (t4 - t3)
@@ -754,10 +757,11 @@ class Simulation:
         tm["contacts"] += t3 - t2
         tm["checks"] += t5 - t4
 
-    def _check(self, step: int) -> None:
+    def _check(self, step: int, found=None) -> None:
         """Collective: raise the same SimulationError on every rank if any rank has a body with a
-        non-finite state or (outflow "error") outside the domain."""
-        msg = self._check_local(step)
+        non-finite state or (outflow "error") outside the domain. ``found``: this rank's
+        (index, cause) of :func:`parsim.integrator.check_state`, if already known."""
+        msg = self._check_local(step, found)
         if self.check_ownership:
             msg = msg or self._ownership_error(step)
         msg = self.net.first_error(msg)
@@ -781,11 +785,17 @@ class Simulation:
                 f"{exp.size}; uids with two owners {dup[:10].tolist()}, lost {lost[:10].tolist()},"
                 f" unexpected {new[:10].tolist()}")
 
-    def _check_local(self, step: int) -> str | None:
+    def _checked_walls(self) -> np.ndarray:
+        """Axes on which a centre outside the domain is an error (none under outflow
+        "delete", where such bodies are removed at the next rebuild)."""
+        return self.walled if self.outflow == "error" else np.zeros(3, dtype=np.bool_)
+
+    def _check_local(self, step: int, found=None) -> str | None:
         st = self.st
-        walled = self.walled if self.outflow == "error" else np.zeros(3, dtype=np.bool_)
-        i, cause = I.check_state(st.n_owned, st.flags, st.position, st.velocity,
-                                 st.angular_velocity, self.lo, self.hi, walled)
+        if found is None:
+            found = I.check_state(st.n_owned, st.flags, st.position, st.velocity,
+                                  st.angular_velocity, self.lo, self.hi, self._checked_walls())
+        i, cause = found
         if i >= 0:
             uid = int(st.uid[i])
             if cause == 1:

@@ -202,3 +202,59 @@ def test_storage_order_changes_no_bit():
     assert sim.nl.builds > 2
     for k in ("uid", "position", "velocity", "angular_velocity", "orientation"):
         assert np.array_equal(finals[0][k], finals[1][k]), k
+
+
+def test_second_kick_reports_the_first_bad_body_as_the_state_check_does():
+    """The second half kick checks the kicked state in the same pass; serial and threaded
+    builds must name the same first bad body and cause as :func:`check_state`."""
+    from parsim import integrator as I
+    from parsim.bodies import FIXED
+
+    n = 10_000
+    rng = np.random.default_rng(3)
+    lo, hi = np.zeros(3), np.full(3, 10.0)
+    walled = np.array([True, True, False])
+
+    def state():
+        s = dict(flags=np.zeros(n, np.uint8), shape=np.full(n, SPHERE, np.int8),
+                 inv_mass=np.ones(n), inertia=np.ones((n, 3)), inv_inertia=np.ones((n, 3)),
+                 orientation=np.tile([1.0, 0, 0, 0], (n, 1)),
+                 velocity=rng.uniform(-1, 1, (n, 3)), angular_velocity=rng.uniform(-1, 1, (n, 3)),
+                 force=rng.uniform(-1, 1, (n, 3)), torque=rng.uniform(-1, 1, (n, 3)),
+                 position=rng.uniform(1, 9, (n, 3)))
+        s["shape"][::3] = BOX                       # the anisotropic branch too
+        s["inertia"][::3] = [1.0, 2.0, 3.0]
+        s["inv_inertia"][::3] = [1.0, 0.5, 1.0 / 3.0]
+        return s
+
+    cases = []
+    s = state()
+    cases.append((s, (-1, 0)))
+    s = state()
+    s["position"][7000, 0] = -0.5                  # outside on a walled axis
+    s["force"][7500, 1] = np.inf                   # becomes a non-finite velocity
+    s["position"][2000, 2] = 50.0                  # outside on the open axis: fine
+    s["flags"][1000] = FIXED
+    s["position"][1000, 0] = 20.0                  # a fixed body outside: not reported
+    cases.append((s, (7000, 2)))
+    s = state()
+    s["torque"][4321, 2] = np.nan
+    s["position"][4321, 0] = -3.0                  # both at one body: non-finite wins
+    s["position"][9000, 1] = 11.0
+    cases.append((s, (4321, 1)))
+    for s, expect in cases:
+        results = []
+        for build in (0, 1):
+            c = {k: v.copy() for k, v in s.items()}
+            got = I.second_half[build](
+                n, 1e-3, c["flags"], c["shape"], c["inv_mass"], c["inertia"], c["inv_inertia"],
+                c["orientation"], c["velocity"], c["angular_velocity"], c["force"], c["torque"],
+                c["position"], lo, hi, walled)
+            results.append(((int(got[0]), int(got[1])), c))
+        (g0, c0), (g1, c1) = results
+        assert g0 == g1 == expect
+        ref = I.check_state(n, c0["flags"], c0["position"], c0["velocity"],
+                            c0["angular_velocity"], lo, hi, walled)
+        assert (int(ref[0]), int(ref[1])) == expect
+        for k in ("velocity", "angular_velocity"):
+            assert np.array_equal(c0[k], c1[k], equal_nan=True)
