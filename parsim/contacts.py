@@ -194,7 +194,7 @@ def _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, live, update):
 
 def _sphere_pair_forces(sel, n_sel, every, pa, pb, hist, shape, params, flags, material, mass,
                        position, velocity, angular_velocity, image, table, box, dt, shear,
-                       touching, pf, pta, ptb, live, update):
+                       touching, pf, pta, ptb, live, update, summed, n_owned, force, torque):
     """Forces of pairs whose bodies are spheres or (as B) planes; writes pf (force on A), pta,
     ptb (torques on A and B) per pair, ``live`` (1 if the pair is in contact, else 0: its
     forces are zeros), updates the springs ``shear`` and flags ``touching`` (a spring whose
@@ -205,6 +205,15 @@ def _sphere_pair_forces(sel, n_sel, every, pa, pb, hist, shape, params, flags, m
     one spring has the pair's index (``hist[p] == p``); the kernel then reads neither array,
     two fewer streams over the pairs (8 bytes each per pair; a granular gas spends most of this
     kernel streaming the list).
+
+    ``summed`` (serial build only; the pairs sorted by (lower key, higher key), see
+    :class:`parsim.neighbours.NeighbourList`): also add each contact's force and torques to
+    ``force`` and ``torque`` of its owned bodies (zeroed by the caller), as LAMMPS does. In that
+    order every body meets its partners in the order of their keys, so these sums are the
+    canonical sums of :func:`accumulate`, bit for bit, without its second pass over the pair
+    rows in partner order (random in memory: 10-12 ms per step on the 64,000-sphere bed).
+    :func:`finish_sums` then adds gravity. A threaded build must not be given ``summed``: two
+    threads would add to one body.
     """
     # one flat loop body: a helper call with this many array arguments was 3x slower (S2b bed)
     zero = (0.0, 0.0, 0.0)
@@ -282,7 +291,38 @@ def _sphere_pair_forces(sel, n_sel, every, pa, pb, hist, shape, params, flags, m
         ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz
         live[p] = 1
         count += 1
+        if summed:
+            if a < n_owned:
+                force[a, 0] += fx
+                force[a, 1] += fy
+                force[a, 2] += fz
+                torque[a, 0] += tax
+                torque[a, 1] += tay
+                torque[a, 2] += taz
+            if b < n_owned:
+                force[b, 0] -= fx
+                force[b, 1] -= fy
+                force[b, 2] -= fz
+                torque[b, 0] += tbx
+                torque[b, 1] += tby
+                torque[b, 2] += tbz
     return count
+
+
+@njit(cache=True)
+def finish_sums(n_owned, flags, mass, gravity, force, torque):
+    """After the pair sums of ``summed`` mode: gravity added, fixed bodies zeroed (the last
+    steps of :func:`accumulate`, the same arithmetic)."""
+    gx, gy, gz = gravity[0], gravity[1], gravity[2]
+    for i in range(n_owned):
+        if flags[i] & FIXED:
+            force[i, 0] = force[i, 1] = force[i, 2] = 0.0
+            torque[i, 0] = torque[i, 1] = torque[i, 2] = 0.0
+        else:
+            m = mass[i]
+            force[i, 0] += m * gx
+            force[i, 1] += m * gy
+            force[i, 2] += m * gz
 
 
 def _accumulate(n_owned, ptr, entry, live, dense, touched, pf, pta, ptb, flags, mass, gravity,

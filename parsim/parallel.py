@@ -37,6 +37,11 @@ def dual(fn):
     return njit(cache=True)(g), par
 
 
+def threaded(n: int) -> bool:
+    """Whether :func:`pick` takes the threaded build for ``n`` items."""
+    return n >= PARALLEL_MIN and numba.get_num_threads() > 1
+
+
 def pick(pair, n: int):
     """The serial or threaded member of ``pair`` for ``n`` items."""
-    return pair[1] if n >= PARALLEL_MIN and numba.get_num_threads() > 1 else pair[0]
+    return pair[1] if threaded(n) else pair[0]

@@ -33,9 +33,9 @@ from .bodies import FIXED, GLOBAL, INFINITE, MAX_UID, REPLICATED, BodyStorage
 from .comm import Net, auto_comm
 from .decomposition import Decomposition, default_blocks
 from .halo import Halo
-from .contacts import accumulate, mark_touched, sphere_pair_forces
+from .contacts import accumulate, finish_sums, mark_touched, sphere_pair_forces
 from .contacts_general import general_pair_forces, scratch
-from .parallel import pick
+from .parallel import pick, threaded
 from .materials import Material, collision_time, make_material, override_row, pair_table
 from .neighbours import NeighbourList
 from .rotation import normalized_quaternion
@@ -192,6 +192,9 @@ class Simulation:
         self._next_uid = 0
         self._ready = False
         self._scratch = None                         # per-thread narrow-phase buffers
+        #: order of the candidate pairs: "auto", "key" or "slot" (same results, speed only;
+        #: see NeighbourList.rebuild)
+        self.pair_order = "auto"
         self._has_global = False                     # any global body (same on every rank)
         self._restored = None                        # springs loaded from a checkpoint
         self._restart_exact = False                  # next setup continues a checkpoint
@@ -659,10 +662,11 @@ class Simulation:
         self._check_halo(rmax, skin)
         reach = rmax + skin * (2.0 if restart else 1.0) + 1e-9 * (1.0 + float(np.abs(self.box).max()))
         self.halo.build(st, reach)
+        key_order = None if self.pair_order == "auto" else self.pair_order == "key"
         if restart:
-            self.nl.rebuild(st, self.box, margin=skin, keep_refs=True)
+            self.nl.rebuild(st, self.box, margin=skin, keep_refs=True, key_order=key_order)
         else:
-            self.nl.rebuild(st, self.box)
+            self.nl.rebuild(st, self.box, key_order=key_order)
         self._has_global = bool((st.flags[: st.n_owned] & GLOBAL).any())
 
     def _sort_owned(self, rmax: float) -> None:
@@ -695,10 +699,19 @@ class Simulation:
     def _forces(self, update: bool = True) -> None:
         st, nl = self.st, self.nl
         n_simple = nl.simple_idx.size
+        every = n_simple == nl.n_pairs
+        # one serial sweep sums too when every pair is a sphere pair (canonical: the pairs are
+        # in key order); otherwise the pair kernels write rows and accumulate sums them
+        summed = every and nl.key_order and not threaded(n_simple)
+        no = st.n_owned
+        if summed:
+            st.force[:no] = 0.0
+            st.torque[:no] = 0.0
         self.n_contacts = pick(sphere_pair_forces, n_simple)(
-            nl.simple_idx, n_simple, n_simple == nl.n_pairs, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags, st.material,
-            st.mass, st.position, st.velocity, st.angular_velocity, st.image, self.table,
-            self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, nl.live, update)
+            nl.simple_idx, n_simple, every, nl.pa, nl.pb, nl.hist, st.shape, st.params,
+            st.flags, st.material, st.mass, st.position, st.velocity, st.angular_velocity,
+            st.image, self.table, self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta,
+            nl.ptb, nl.live, update, summed, no, st.force, st.torque)
         if nl.general_idx.size:
             threads = numba.config.NUMBA_NUM_THREADS
             if self._scratch is None or self._scratch[0].shape[0] != threads:
@@ -709,12 +722,15 @@ class Simulation:
                 st.angular_velocity, st.image, self.table, self.box, self.dt,
                 st.bounding_radius, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, nl.live, update,
                 *self._scratch)
-        dense = 8 * self.n_contacts >= nl.n_pairs
-        if not dense:
-            mark_touched(st.n_owned, nl.pa, nl.pb, nl.live, nl.touched)
-        pick(accumulate, st.n_owned)(st.n_owned, nl.ptr, nl.entry, nl.live, dense, nl.touched,
-                                     nl.pf, nl.pta, nl.ptb, st.flags, st.mass, self.gravity,
-                                     st.force, st.torque)
+        if summed:
+            finish_sums(no, st.flags, st.mass, self.gravity, st.force, st.torque)
+        else:
+            dense = 8 * self.n_contacts >= nl.n_pairs
+            if not dense:
+                mark_touched(no, nl.pa, nl.pb, nl.live, nl.touched)
+            pick(accumulate, no)(no, nl.ptr, nl.entry, nl.live, dense, nl.touched, nl.pf,
+                                 nl.pta, nl.ptb, st.flags, st.mass, self.gravity, st.force,
+                                 st.torque)
         if self._has_global:
             global_bodies.assemble(st, nl, self.net, self.gravity)
 

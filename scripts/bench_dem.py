@@ -176,7 +176,8 @@ def worker(scenario: str, n_side: int, steps: int, warm: int) -> dict:
     return {"n": n, "steps": steps, "wall": wall, "psps": n * steps / wall,
             "timers": dict(sim.timers), "rebuilds": sim.nl.builds - b0,
             "bytes_per_body": sim.memory_bytes() / n, "ke_trans": ke_t,
-            "contacts": sim.n_contacts, "threads": numba.get_num_threads()}
+            "contacts": sim.n_contacts, "threads": numba.get_num_threads(),
+            "pairs_in_key_order": bool(sim.nl.key_order)}
 
 
 def run_parsim(scenario: str, n_side: int, steps: int, warm: int, threads: int) -> dict:
