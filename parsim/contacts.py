@@ -194,7 +194,8 @@ def _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, live, update):
 
 def _sphere_pair_forces(sel, n_sel, every, pa, pb, hist, shape, params, flags, material, mass,
                        position, velocity, angular_velocity, image, table, box, dt, shear,
-                       touching, pf, pta, ptb, live, update, summed, n_owned, force, torque):
+                       touching, pf, pta, ptb, live, update, summed, n_owned, force, torque,
+                       rows):
     """Forces of pairs whose bodies are spheres or (as B) planes; writes pf (force on A), pta,
     ptb (torques on A and B) per pair, ``live`` (1 if the pair is in contact, else 0: its
     forces are zeros), updates the springs ``shear`` and flags ``touching`` (a spring whose
@@ -214,6 +215,13 @@ def _sphere_pair_forces(sel, n_sel, every, pa, pb, hist, shape, params, flags, m
     rows in partner order (random in memory: 10-12 ms per step on the 64,000-sphere bed).
     :func:`finish_sums` then adds gravity. A threaded build must not be given ``summed``: two
     threads would add to one body.
+
+    ``rows``: write the pair rows ``pf``, ``pta``, ``ptb`` of live pairs. Without ``summed``
+    they are the sums' input and must be written; with it only the global bodies' sums
+    (:mod:`parsim.global_bodies`) read them. Skipping them saves a 72-byte write per contact.
+    Rows of pairs that open are zeroed either way, so the rows of a list hold zeros or the
+    current forces (``pout`` is new and zero at every rebuild, and ``summed`` and ``rows``
+    stay fixed while a list lives).
     """
     # one flat loop body: a helper call with this many array arguments was 3x slower (S2b bed)
     zero = (0.0, 0.0, 0.0)
@@ -278,7 +286,6 @@ def _sphere_pair_forces(sel, n_sel, every, pa, pb, hist, shape, params, flags, m
             row3(velocity, a), wa, vb, wb, meff, kn, gn, kt, gt, mu, dt, row3(shear, h))
         if update:
             shear[h, 0], shear[h, 1], shear[h, 2] = sx, sy, sz
-        pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz
         # la x F with la = -ra n;  -(lb x F) with lb = rb n
         cx, cy, cz = _cross(nx, ny, nz, fx, fy, fz)
         tax, tay, taz = -ra * cx, -ra * cy, -ra * cz
@@ -287,8 +294,10 @@ def _sphere_pair_forces(sel, n_sel, every, pa, pb, hist, shape, params, flags, m
             tax, tay, taz, tbx, tby, tbz = _with_rolling(
                 mu_r, fn, ra, rb, wa, wb, nx, ny, nz,
                 tax, tay, taz, tbx, tby, tbz)
-        pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
-        ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz
+        if rows:
+            pf[p, 0], pf[p, 1], pf[p, 2] = fx, fy, fz
+            pta[p, 0], pta[p, 1], pta[p, 2] = tax, tay, taz
+            ptb[p, 0], ptb[p, 1], ptb[p, 2] = tbx, tby, tbz
         live[p] = 1
         count += 1
         if summed:

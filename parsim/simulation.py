@@ -711,7 +711,8 @@ class Simulation:
             nl.simple_idx, n_simple, every, nl.pa, nl.pb, nl.hist, st.shape, st.params,
             st.flags, st.material, st.mass, st.position, st.velocity, st.angular_velocity,
             st.image, self.table, self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta,
-            nl.ptb, nl.live, update, summed, no, st.force, st.torque)
+            nl.ptb, nl.live, update, summed, no, st.force, st.torque,
+            not summed or self._has_global)
         if nl.general_idx.size:
             threads = numba.config.NUMBA_NUM_THREADS
             if self._scratch is None or self._scratch[0].shape[0] != threads:

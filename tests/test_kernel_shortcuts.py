@@ -260,13 +260,7 @@ def test_second_kick_reports_the_first_bad_body_as_the_state_check_does():
             assert np.array_equal(c0[k], c1[k], equal_nan=True)
 
 
-def test_sums_in_the_pair_sweep_equal_the_canonical_sums():
-    """With only sphere (and plane) pairs, the serial pair kernel adds each contact to its
-    bodies' sums in the sweep (``summed``), relying on the pairs being in key order. Its sums
-    must be the bits of :func:`accumulate`, which adds each body's contributions in the order
-    of its partners' keys. Bodies are stored in space order, not uid order, and uids are
-    shuffled, so slot order and key order differ; periodic images, a plane, a fixed sphere and
-    rolling friction take part."""
+def _sphere_pile(order):
     rng = np.random.default_rng(11)
     sim = parsim.Simulation(dt=2e-5, gravity=(0, 0, -9.81), domain=((0, 0, 0), (3, 3, 10)),
                             periodic=(True, True, False))
@@ -280,26 +274,41 @@ def test_sums_in_the_pair_sweep_equal_the_canonical_sums():
     sim.add_spheres(pos, rng.uniform(0.2, 0.26, len(g)), m,
                     velocities=rng.uniform(-0.5, 0.5, (len(g), 3)))
     sim.add_sphere((1.5, 1.5, 0.3), 0.3, m, fixed=True)
-    sim.pair_order = "key"      # the order that allows the summed sweep (auto: slot order here)
-    sim.run(300)
+    sim.pair_order = order
+    return sim
+
+
+def test_sums_in_the_pair_sweep_equal_the_canonical_sums():
+    """With only sphere (and plane) pairs in key order, the serial pair kernel adds each
+    contact to its bodies' sums in the sweep (``summed``) and writes no pair rows. Its sums
+    must be the bits of :func:`accumulate` over the rows of the same pairs in slot order, which
+    adds each body's contributions in the order of its partners' keys. Bodies are stored in
+    space order and uids are shuffled, so slot order and key order differ; periodic images, a
+    plane, a fixed sphere and rolling friction take part."""
+    key, slot = _sphere_pile("key"), _sphere_pile("slot")
     checked = 0
-    for step in range(300):
-        sim.step()
-        if step % 30:
+    for step in range(600):
+        key.step()
+        slot.step()
+        if step < 300 or step % 30:
             continue
-        st, nl = sim.st, sim.nl
-        no = st.n_owned
-        assert nl.simple_idx.size == nl.n_pairs and nl.key_order   # the summed path is taken
-        assert (st.image[: st.n] != 13).any()       # periodic images are in the sums
-        assert not np.array_equal(np.argsort(st.uid[:no]), np.arange(no))
-        live = nl.live.astype(bool)
+        assert key.nl.key_order and not slot.nl.key_order
+        assert key.nl.simple_idx.size == key.nl.n_pairs   # the summed path is taken
+        assert (key.st.image[: key.st.n] != 13).any()      # periodic images are in the sums
+        no = key.st.n_owned
+        assert np.array_equal(key.st.uid[:no], slot.st.uid[:no])
+        assert not np.array_equal(np.argsort(key.st.uid[:no]), np.arange(no))
+        live = slot.nl.live.astype(bool)
         assert 0 < live.sum() < live.size
-        f = np.full_like(st.force, np.nan)
-        t = np.full_like(st.torque, np.nan)
-        accumulate[0](no, nl.ptr, nl.entry, nl.live, True, nl.touched, nl.pf, nl.pta, nl.ptb,
-                      st.flags, st.mass, sim.gravity, f, t)
-        assert np.array_equal(f[:no], st.force[:no])
-        assert np.array_equal(t[:no], st.torque[:no])
+        assert np.all(key.nl.pout == 0.0)                   # no rows written
+        f = np.full_like(slot.st.force, np.nan)
+        t = np.full_like(slot.st.torque, np.nan)
+        accumulate[0](no, slot.nl.ptr, slot.nl.entry, slot.nl.live, True, slot.nl.touched,
+                      slot.nl.pf, slot.nl.pta, slot.nl.ptb, slot.st.flags, slot.st.mass,
+                      slot.gravity, f, t)
+        assert np.array_equal(f[:no], slot.st.force[:no])
+        assert np.array_equal(key.st.force[:no], slot.st.force[:no])
+        assert np.array_equal(key.st.torque[:no], slot.st.torque[:no])
         checked += 1
     assert checked == 10
 
