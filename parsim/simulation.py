@@ -662,6 +662,9 @@ class Simulation:
         self._check_halo(rmax, skin)
         reach = rmax + skin * (2.0 if restart else 1.0) + 1e-9 * (1.0 + float(np.abs(self.box).max()))
         self.halo.build(st, reach)
+        if self.pair_order not in ("auto", "key", "slot"):
+            raise ValueError(f"pair_order must be 'auto', 'key' or 'slot', got "
+                             f"{self.pair_order!r}")
         key_order = None if self.pair_order == "auto" else self.pair_order == "key"
         if restart:
             self.nl.rebuild(st, self.box, margin=skin, keep_refs=True, key_order=key_order)

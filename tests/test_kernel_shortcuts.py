@@ -22,16 +22,25 @@ from parsim.narrowphase import MAX_CONTACTS, collide
 from parsim.shapes import BOX, CAPSULE, PLANE, SPHERE, bounding_radius
 
 
-def _pile(seed=4):
+def _box_with_floor(seed, layers, shuffle=False):
+    """A box periodic in x and y with a floor plane, and 6 x 6 x ``layers`` jittered lattice
+    sites for bodies (in random order if ``shuffle``: uids then lie scattered in space)."""
     rng = np.random.default_rng(seed)
     sim = parsim.Simulation(dt=2e-5, gravity=(0, 0, -9.81), domain=((0, 0, 0), (3, 3, 10)),
                             periodic=(True, True, False))
     m = sim.add_material("m", density=1000.0, restitution=0.4, collision_time=1e-3, friction=0.5,
                          rolling_friction=0.01)
     sim.add_plane((0, 0, 0), (0, 0, 1), m)
-    g = np.stack(np.meshgrid(np.arange(6), np.arange(6), np.arange(8), indexing="ij"),
+    g = np.stack(np.meshgrid(np.arange(6), np.arange(6), np.arange(layers), indexing="ij"),
                  -1).reshape(-1, 3)
+    if shuffle:
+        g = g[rng.permutation(len(g))]
     pos = (g + 0.5) * 0.5 + rng.uniform(-0.02, 0.02, g.shape)
+    return sim, m, rng, g, pos
+
+
+def _pile(seed=4):
+    sim, m, rng, g, pos = _box_with_floor(seed, 8)
     q = rng.normal(size=(len(g), 4))
     q /= np.linalg.norm(q, axis=1)[:, None]
     third = len(g) // 3
@@ -261,16 +270,7 @@ def test_second_kick_reports_the_first_bad_body_as_the_state_check_does():
 
 
 def _sphere_pile(order):
-    rng = np.random.default_rng(11)
-    sim = parsim.Simulation(dt=2e-5, gravity=(0, 0, -9.81), domain=((0, 0, 0), (3, 3, 10)),
-                            periodic=(True, True, False))
-    m = sim.add_material("m", density=1000.0, restitution=0.4, collision_time=1e-3, friction=0.5,
-                         rolling_friction=0.01)
-    sim.add_plane((0, 0, 0), (0, 0, 1), m)
-    g = np.stack(np.meshgrid(np.arange(6), np.arange(6), np.arange(10), indexing="ij"),
-                 -1).reshape(-1, 3)
-    g = g[rng.permutation(len(g))]                 # uids in random spatial order
-    pos = (g + 0.5) * 0.5 + rng.uniform(-0.02, 0.02, g.shape)
+    sim, m, rng, g, pos = _box_with_floor(11, 10, shuffle=True)
     sim.add_spheres(pos, rng.uniform(0.2, 0.26, len(g)), m,
                     velocities=rng.uniform(-0.5, 0.5, (len(g), 3)))
     sim.add_sphere((1.5, 1.5, 0.3), 0.3, m, fixed=True)
@@ -327,3 +327,10 @@ def test_pair_order_changes_no_bit():
     for order in ("slot", "auto"):
         for k in ("uid", "position", "velocity", "orientation", "angular_velocity"):
             assert np.array_equal(out["key"][k], out[order][k]), (order, k)
+
+
+def test_unknown_pair_order_is_refused():
+    sim = _pile()
+    sim.pair_order = "random"
+    with pytest.raises(ValueError, match="pair_order must be 'auto', 'key' or 'slot'"):
+        sim.run(1)
