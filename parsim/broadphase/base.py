@@ -180,6 +180,7 @@ class BodyStore:
         self.hi = np.empty((capacity, 3), dtype=np.float64)
         self._seen = np.zeros(capacity, dtype=np.bool_)
         self.map = IdMap(capacity)
+        self._claimed = 0  # ids claimed in the map for the next append (see claim)
 
     @property
     def capacity(self) -> int:
@@ -225,15 +226,37 @@ class BodyStore:
                     f"id {int(ids[present][0])} is already present; remove it first or use update()"
                 )
 
+    def claim(self, ids: np.ndarray) -> None:
+        """Reserve the map entries ``ids[i] -> n + i`` of the next :meth:`append`, or raise naming
+        the first id that is already present or repeated (nothing is claimed then). One hash
+        probe per id: no sort for uniqueness, no separate lookup for absence."""
+        bad, present = self.map.claim(ids, self.n)
+        if bad >= 0:
+            if present:
+                raise BroadPhaseError(
+                    f"id {int(ids[bad])} is already present; remove it first or use update()")
+            raise BroadPhaseError(f"ids contains id {int(ids[bad])} more than once")
+        self._claimed = ids.shape[0]
+
+    def unclaim(self, ids: np.ndarray) -> None:
+        """Give back a claim that no :meth:`append` used (the add failed validation)."""
+        if self._claimed:
+            self.map.delete(ids)
+            self._claimed = 0
+
     def append(self, ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """Append validated new bodies; return their slots."""
+        """Append validated new bodies (claimed, or inserted into the map here); return their slots."""
         k = ids.shape[0]
         self.reserve(self.n + k)
         slots = np.arange(self.n, self.n + k, dtype=np.int64)
         self.ids[self.n : self.n + k] = ids
         self.lo[self.n : self.n + k] = lo
         self.hi[self.n : self.n + k] = hi
-        self.map.insert(ids, slots)
+        if self._claimed:
+            assert self._claimed == k, "append() of other bodies than the claimed ones"
+            self._claimed = 0
+        else:
+            self.map.insert(ids, slots)
         self.n += k
         return slots
 
@@ -269,10 +292,12 @@ class BroadPhase(ABC):
         lo, hi = as_boxes(lo, hi, ids.shape[0])
         if ids.size == 0:
             return
-        check_unique(ids)
-        self.bodies.check_absent(ids)
         self._check_not_infinite(ids)
-        self._add(ids, lo, hi)
+        self.bodies.claim(ids)  # unique and absent, else raises
+        try:
+            self._add(ids, lo, hi)
+        finally:
+            self.bodies.unclaim(ids)  # no-op once appended
 
     def update(self, ids, lo, hi) -> None:
         """Give bodies already added their new AABBs."""
@@ -291,11 +316,15 @@ class BroadPhase(ABC):
         ids = as_ids(ids)
         if ids.size == 0:
             return
-        check_unique(ids)
-        inf = np.isin(ids, self._infinite)
-        finite = ids[~inf]
-        slots = self.bodies.slots_of(finite) if finite.size else None  # validate all first
-        if inf.any():
+        if self._infinite.size:
+            inf = np.isin(ids, self._infinite)
+            check_unique(ids[inf])
+            finite = ids[~inf]
+        else:
+            inf, finite = None, ids
+        # validate all first; slots_of also refuses unknown and repeated finite ids
+        slots = self.bodies.slots_of(finite) if finite.size else None
+        if inf is not None and inf.any():
             self._infinite = np.setdiff1d(self._infinite, ids[inf])
         if slots is not None:
             self._remove(slots)

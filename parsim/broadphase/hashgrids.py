@@ -206,9 +206,10 @@ class HierarchicalHashGrid(BroadPhase):
         in_grown[in_grown] = grown[grid_of[in_grown]]
         in_grown[pending] = False
         dropped = np.flatnonzero(in_grown)
-        keep = self._b_grid[dropped]
-        self._edit(K.REMOVE, dropped)
-        self._b_grid[dropped] = keep
+        if dropped.size:
+            keep = self._b_grid[dropped]
+            self._edit(K.REMOVE, dropped)
+            self._b_grid[dropped] = keep
         sizes = np.int64(1) << bits.sum(axis=1)
         new_base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         cells = np.full(int(sizes.sum()), -1, dtype=np.int32)
@@ -236,10 +237,12 @@ class HierarchicalHashGrid(BroadPhase):
         K.edit_cells(op, slots, new_cell, lo, hi, b.lo, b.hi, self._b_grid, self._b_cell,
                      self._b_entry, self._G, self._cells, self._C, self._P)
 
-    def _activate(self) -> None:
+    def _activate(self, grids=None) -> None:
+        """Build the grids over every stored body (``grids``: their grid ids, if known)."""
         b = self.bodies
         slots = np.arange(b.n, dtype=np.int64)
-        grids = self._assign(b.lo, b.hi, slots)
+        if grids is None:
+            grids = self._assign(b.lo, b.hi, slots)
         self._b_grid[: b.n] = grids
         self._active = True
         self._place(slots)
@@ -257,11 +260,9 @@ class HierarchicalHashGrid(BroadPhase):
             # validate everything before storing anything
             all_lo = np.concatenate([b.lo[: b.n], lo])
             all_hi = np.concatenate([b.hi[: b.n], hi])
-            n_grids = int(self._G.n[0])
-            self._assign(all_lo, all_hi, np.arange(n_total, dtype=np.int64))
-            self._G.n[0] = n_grids  # dry run only: _activate assigns again
+            grids = self._assign(all_lo, all_hi, np.arange(n_total, dtype=np.int64))
             b.append(ids, lo, hi)
-            self._activate()
+            self._activate(grids)
             return
         grids = self._assign(lo, hi, np.arange(ids.shape[0], dtype=np.int64))
         slots = b.append(ids, lo, hi)

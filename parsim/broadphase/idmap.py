@@ -70,6 +70,34 @@ def map_insert(keys, vals, ids, slots):
 
 
 @njit(cache=True)
+def map_claim(keys, vals, ids, first):
+    """Insert ``ids[i] -> first + i`` as one all-or-nothing batch.
+
+    Returns ``(-1, False)`` when every id was new. Otherwise ``(i, present)`` for the first id
+    met again -- ``present`` when it was in the map before this batch, else it repeats an
+    earlier id of the batch -- after deleting what the batch had inserted. One probe per id
+    replaces the sort (uniqueness) plus lookup (absence) plus insert it stands for.
+    """
+    mask = keys.shape[0] - 1
+    for i in range(ids.shape[0]):
+        key = ids[i]
+        b = _bucket(key, mask)
+        while True:
+            k = keys[b]
+            if k == EMPTY:
+                keys[b] = key
+                vals[b] = first + i
+                break
+            if k == key:
+                present = vals[b] < first
+                for j in range(i):
+                    map_delete(keys, vals, ids[j])
+                return i, present
+            b = (b + 1) & mask
+    return -1, False
+
+
+@njit(cache=True)
 def map_set(keys, vals, key, slot):
     """Overwrite the slot of a present key (used when swap-remove moves a body)."""
     mask = keys.shape[0] - 1
@@ -97,6 +125,12 @@ def map_delete(keys, vals, key):
             hole = j
         j = (j + 1) & mask
     keys[hole] = EMPTY
+
+
+@njit(cache=True)
+def for_each_delete(keys, vals, ids):
+    for i in range(ids.shape[0]):
+        map_delete(keys, vals, ids[i])
 
 
 class IdMap:
@@ -131,6 +165,19 @@ class IdMap:
         out = np.empty(ids.shape[0], dtype=np.int64)
         map_lookup(self.keys, self.vals, ids, out)
         return out
+
+    def claim(self, ids: np.ndarray, first: int) -> tuple[int, bool]:
+        """Insert ``ids[i] -> first + i`` unless one is present or repeated (see map_claim)."""
+        self.reserve(self.count + ids.shape[0])
+        bad, present = map_claim(self.keys, self.vals, ids, first)
+        if bad < 0:
+            self.count += ids.shape[0]
+        return int(bad), bool(present)
+
+    def delete(self, ids: np.ndarray) -> None:
+        """Delete present ids."""
+        for_each_delete(self.keys, self.vals, ids)
+        self.count -= ids.shape[0]
 
     def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
         self.reserve(self.count + ids.shape[0])
