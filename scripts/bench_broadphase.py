@@ -80,6 +80,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import bench_common as bc  # noqa: E402
+bc.use_repo(REPO)  # measure this tree's parsim
 
 STRUCTS = ["HierarchicalHashGrid", "LinkedCells", "Octree", "SweepAndPrune", "BruteForce"]
 SHORT = {"HierarchicalHashGrid": "HHG", "LinkedCells": "LinkedCells", "Octree": "Octree",
@@ -1461,7 +1462,9 @@ def md_report(meta, studies, targets, plots, anomalies, out):
     L.append(f"- **Threads**: single core (NUMBA_NUM_THREADS={m['env']['NUMBA_NUM_THREADS']}, "
              f"OMP/OPENBLAS=1); NUMBA_CACHE_DIR={m['env']['NUMBA_CACHE_DIR']}")
     L.append(f"- **Code**: git HEAD {m.get('git_head', '?')}; structure sources (sha1, first 10 hex): "
-             + ", ".join(f"{SHORT[k]} {v2}" for k, v2 in meta["sources"].items()))
+             + ", ".join(f"{SHORT[k]} {v2}" for k, v2 in meta["sources"].items())
+             + (f"; parsim imported from `{m['parsim_imported_from']}`"
+                if m.get("parsim_imported_from") else ""))
     L.append(f"- **Mode**: `{meta['mode']}`; {meta['reps']} timed repetitions per case (median), "
              f"time budget {meta['budget']:.0f} s per structure and case, memory limit "
              f"{meta['mem_limit_gb']:g} GiB per worker, BruteForce only up to N = {meta['bf_max']:,}")

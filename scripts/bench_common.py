@@ -38,6 +38,22 @@ def _run(cmd: list[str], cwd: str | None = None) -> str:
         return ""
 
 
+def use_repo(repo) -> None:
+    """Make ``import parsim`` load the tree this script lives in (``repo``), not whichever copy
+    is installed in the environment (an editable install points at one checkout only): a
+    benchmark run from a second worktree must measure that worktree. An explicit PYTHONPATH
+    wins (bench_scaling points its workers at a frozen copy that way)."""
+    if not os.environ.get("PYTHONPATH") and str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+
+
+def parsim_location() -> str:
+    """Directory of the parsim package the benchmark imported (recorded with the results)."""
+    import importlib.util
+    spec = importlib.util.find_spec("parsim")
+    return os.path.dirname(spec.origin) if spec and spec.origin else "not importable"
+
+
 def machine_info(repo: str | None = None) -> dict:
     """CPU model and cores (lscpu), memory, OS, library versions, date, git state."""
     lscpu = _run(["lscpu"])
@@ -69,6 +85,7 @@ def machine_info(repo: str | None = None) -> dict:
         "versions": versions,
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "loadavg_start": os.getloadavg(),
+        "parsim_imported_from": parsim_location(),
         "env": {k: os.environ.get(k) for k in ("NUMBA_CACHE_DIR", "NUMBA_NUM_THREADS",
                                                "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")},
     }

@@ -55,6 +55,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import machine_info, md_table, text_table  # noqa: E402
+from bench_common import use_repo  # noqa: E402
+
+use_repo(REPO)  # measure this tree's parsim
 
 KN, GN, MU, DT, SKIN = 1e5, 41.4314, 0.5, 1e-4, 0.1
 SPACING = 0.999

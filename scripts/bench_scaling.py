@@ -75,6 +75,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import bench_dem as dem  # noqa: E402
 from bench_common import machine_info, md_table, text_table  # noqa: E402
+from bench_common import use_repo  # noqa: E402
+
+use_repo(REPO)  # measure this tree's parsim
 
 WORKER_TIMEOUT = 3600
 
