@@ -167,9 +167,12 @@ def worker(scenario: str, n_side: int, steps: int, warm: int) -> dict:
     else:
         # load the kernels on a throw-away copy so the timed run starts from the peers' state;
         # its extra rebuild loads the kernels that only a rebuild after steps uses (without it
-        # the first S2b process spent ~0.15 s per rebuild loading them inside the timed loop)
+        # the first S2b process spent ~0.15 s per rebuild loading them inside the timed loop;
+        # until 2026-11-23 21:40 UTC the copy's rebuild skipped the state check that precedes
+        # every rebuild in step(), so a cold cache compiled check_state in the timed loop)
         warm = build_parsim(scenario, n_side)
         warm.run(3)
+        warm._check(warm.step_count + 1)  # as a rebuild inside step() does (check_state)
         warm._rebuild()
         warm.run(2)
         # the setup (first neighbour list, forces of the start state) outside the timed loop,
