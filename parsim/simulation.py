@@ -33,7 +33,8 @@ from .bodies import FIXED, GLOBAL, INFINITE, MAX_UID, REPLICATED, BodyStorage
 from .comm import Net, auto_comm
 from .decomposition import Decomposition, default_blocks
 from .halo import Halo
-from .contacts import accumulate, finish_sums, mark_touched, sphere_pair_forces
+from .contacts import (accumulate, finish_sums, mark_touched, sphere_pair_forces,
+                       sphere_pairs_in_play)
 from .contacts_general import general_pair_forces, scratch
 from .parallel import pick, threaded
 from .materials import Material, collision_time, make_material, override_row, pair_table
@@ -188,6 +189,8 @@ class Simulation:
         self.time = 0.0
         self.deleted = 0
         self.n_contacts = 0
+        self._in_play = np.empty(0, dtype=np.int64)  # scratch: pairs in play (sparse lists)
+        self._prefilter = None  # list the pairs in play first: None = when sparse (tests force it)
         self.timers = {p: 0.0 for p in PHASES}
         self._next_uid = 0
         self._ready = False
@@ -710,8 +713,20 @@ class Simulation:
         if summed:
             st.force[:no] = 0.0
             st.torque[:no] = 0.0
-        self.n_contacts = pick(sphere_pair_forces, n_simple)(
-            nl.simple_idx, n_simple, every, nl.pa, nl.pb, nl.hist, st.shape, st.params,
+        sel, n_sel, sel_every = nl.simple_idx, n_simple, every
+        sparse = 8 * self.n_contacts < n_simple if self._prefilter is None else self._prefilter
+        if sparse and n_simple and not threaded(n_simple):
+            # sparse (a gas; the count is the last step's): first list the pairs in play with a
+            # bare distance test, then run the force kernel on them only (same bits)
+            if self._in_play.shape[0] < n_simple:
+                self._in_play = np.empty(max(n_simple, 2 * self._in_play.shape[0]), np.int64)
+            sel = self._in_play
+            n_sel = sphere_pairs_in_play(
+                n_simple, every, nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params,
+                st.position, st.image, self.box, nl.live, nl.touching, sel)
+            sel_every = False
+        self.n_contacts = pick(sphere_pair_forces, n_sel)(
+            sel, n_sel, sel_every, nl.pa, nl.pb, nl.hist, st.shape, st.params,
             st.flags, st.material, st.mass, st.position, st.velocity, st.angular_velocity,
             st.image, self.table, self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta,
             nl.ptb, nl.live, update, summed, no, st.force, st.torque,
