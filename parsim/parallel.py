@@ -26,15 +26,17 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
 
-def dual(fn):
-    """(serial, threaded) dispatchers of the plain Python function ``fn`` (cached separately)."""
-    par = njit(cache=True, parallel=True)(fn)
+def dual(fn, **options):
+    """(serial, threaded) dispatchers of the plain Python function ``fn`` (cached separately);
+    ``options`` go to both ``njit`` calls (the integrator's kernels use
+    ``error_model="numpy"``: a division that may raise stops LLVM from vectorising a loop)."""
+    par = njit(cache=True, parallel=True, **options)(fn)
     g = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_serial",
                            fn.__defaults__, fn.__closure__)
     g.__qualname__ = fn.__qualname__ + "_serial"
     g.__module__ = fn.__module__
     g.__doc__ = fn.__doc__
-    return njit(cache=True)(g), par
+    return njit(cache=True, **options)(g), par
 
 
 def threaded(n: int) -> bool:
