@@ -68,27 +68,19 @@ def _isotropic(shape, inertia, i):
     return shape[i] == SPHERE or (inertia[i, 0] == inertia[i, 1] and inertia[i, 1] == inertia[i, 2])
 
 
-def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_radius, position,
-               orientation, velocity, angular_velocity, force, torque, ref_position,
-               ref_orientation):
-    """Half kick + drift + rotation of bodies 0..n-1. Returns the largest distance any point of
-    a body has moved since its reference pose (translation + bounding radius x rotation angle),
-    which decides when the neighbour list is rebuilt.
+#: bodies per chunk of the vectorised loops (one chunk's rows stay in the L1/L2 caches between
+#: its loops; the threaded builds hand out chunks)
+CHUNK = 1024
 
-    The work is split so that LLVM vectorises the common case (see "Vectorised loops" in
-    docs/engine.md): a branch-free loop translates every movable body, a second turns the
-    spheres (series branch of the exponential map, results kept by selects), both over flat
-    views of the arrays. A serial loop then does what they left: movable non-spheres, and
-    spheres turned by more than 1e-2 rad in one step. The bits are those of the one-loop form
-    (tested)."""
+
+@njit(cache=True, error_model="numpy")
+def _translate(m, dt, flags, inv_mass, x, v, f, x0):
+    """Half kick and drift of bodies 0..m-1 of flat (3 m) views; returns the largest squared
+    distance from the reference position of a movable body as the bits of a non-negative float
+    (an integer maximum vectorises, a float one does not; NaN never wins, as with max())."""
     h = 0.5 * dt
-    x, v, f = position.reshape(-1), velocity.reshape(-1), force.reshape(-1)
-    w, tq, q = angular_velocity.reshape(-1), torque.reshape(-1), orientation.reshape(-1)
-    ii, x0 = inv_inertia.reshape(-1), ref_position.reshape(-1)
-    # the largest squared displacement of a movable body, as the bits of a non-negative float
-    # (an integer maximum vectorises, a float one does not); NaN never wins, as with max()
     d2bits = np.int64(0)
-    for i in prange(n):
+    for i in range(m):
         free = (flags[i] & FIXED) == 0
         im = inv_mass[i]
         j = 3 * i
@@ -105,11 +97,20 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
         dx, dy, dz = r0 - x0[j], r1 - x0[j + 1], r2 - x0[j + 2]
         d2 = dx * dx + dy * dy + dz * dz
         d2bits = max(d2bits, np.float64(d2 if free & (d2 >= 0.0) else 0.0).view(np.int64))
+    return d2bits
+
+
+@njit(cache=True, error_model="numpy")
+def _turn_spheres(m, dt, flags, shape, ii, w, tq, q):
+    """Kick and rotation of the movable spheres among bodies 0..m-1 of flat views, with the
+    expressions of :func:`_rotate` (the series branch of rotation.quat_from_rotation_vector);
+    other bodies keep their rows. Returns how many movable bodies are left to the serial loop
+    (non-spheres, and spheres turning by more than 1e-2 rad in the step)."""
+    h = 0.5 * dt
     rest = 0
-    for i in prange(n):
-        sph = ((flags[i] & FIXED) == 0) & (shape[i] == SPHERE)
-        # spheres: w += dt/2 tau/I, then q <- exp(dt w) q with the expressions of _rotate
-        # (rotation.quat_from_rotation_vector's series branch)
+    for i in range(m):
+        free = (flags[i] & FIXED) == 0
+        sph = free & (shape[i] == SPHERE)
         j = 3 * i
         k = ii[j]
         a0, a1, a2 = w[j], w[j + 1], w[j + 2]
@@ -121,17 +122,45 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
         s2 = e0 * e0 + e1 * e1 + e2 * e2
         c = 1.0 - s2 * (1.0 / 8.0 - s2 * (1.0 / 384.0 - s2 * (1.0 / 46080.0)))
         s = 0.5 - s2 * (1.0 / 48.0 - s2 * (1.0 / 3840.0 - s2 * (1.0 / 645120.0)))
-        m = 4 * i
-        q0, q1, q2, q3 = q[m], q[m + 1], q[m + 2], q[m + 3]
+        n4 = 4 * i
+        q0, q1, q2, q3 = q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3]
         r = quat_mul(c, e0 * s, e1 * s, e2 * s, q0, q1, q2, q3)
-        # not turning: only the renormalisation (as _first_half always did)
+        # not turning: only the renormalisation
         still = (b0 == 0.0) & (b1 == 0.0) & (b2 == 0.0)
         t = (q0, q1, q2, q3) if still else r
         g = 1.0 / math.sqrt(t[0] * t[0] + t[1] * t[1] + t[2] * t[2] + t[3] * t[3])
         done = sph & (s2 < 1e-4)
-        q[m], q[m + 1], q[m + 2], q[m + 3] = ((t[0] * g, t[1] * g, t[2] * g, t[3] * g) if done
-                                              else (q0, q1, q2, q3))
-        rest += np.int64(((flags[i] & FIXED) == 0) & ~done)
+        q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3] = ((t[0] * g, t[1] * g, t[2] * g, t[3] * g)
+                                                  if done else (q0, q1, q2, q3))
+        rest += np.int64(free & ~done)
+    return rest
+
+
+def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_radius, position,
+               orientation, velocity, angular_velocity, force, torque, ref_position,
+               ref_orientation):
+    """Half kick + drift + rotation of bodies 0..n-1. Returns the largest distance any point of
+    a body has moved since its reference pose (translation + bounding radius x rotation angle),
+    which decides when the neighbour list is rebuilt.
+
+    The common case runs in branch-free loops that LLVM vectorises (:func:`_translate`,
+    :func:`_turn_spheres`, over chunks of :data:`CHUNK` bodies and flat views of the arrays:
+    a 2-d index ``a[i, d]`` has a run-time row stride, which stops the vectoriser). A serial
+    loop then does what they left: movable non-spheres, and spheres turning by more than 1e-2
+    rad in the step. The bits are those of the plain one-body-at-a-time form (tested)."""
+    h = 0.5 * dt
+    x, v, f = position.reshape(-1), velocity.reshape(-1), force.reshape(-1)
+    w, tq, q = angular_velocity.reshape(-1), torque.reshape(-1), orientation.reshape(-1)
+    ii, x0 = inv_inertia.reshape(-1), ref_position.reshape(-1)
+    d2bits = np.int64(0)
+    rest = 0
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        a = c * CHUNK
+        b = min(a + CHUNK, n)
+        d2bits = max(d2bits, _translate(b - a, dt, flags[a:b], inv_mass[a:b], x[3 * a:3 * b],
+                                        v[3 * a:3 * b], f[3 * a:3 * b], x0[3 * a:3 * b]))
+        rest += _turn_spheres(b - a, dt, flags[a:b], shape[a:b], ii[3 * a:3 * b],
+                              w[3 * a:3 * b], tq[3 * a:3 * b], q[4 * a:4 * b])
     moved = math.sqrt(np.int64(d2bits).view(np.float64))
     if rest == 0:
         return moved
@@ -140,7 +169,7 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
             continue
         qo = row4(orientation, i)
         if shape[i] == SPHERE:
-            # turned by more than 1e-2 rad (the loop above kept q): the trigonometric branch
+            # turning by more than 1e-2 rad (_turn_spheres kept q): the trigonometric branch
             wi = row3(angular_velocity, i)
             e0, e1, e2 = wi[0] * dt, wi[1] * dt, wi[2] * dt
             if e0 * e0 + e1 * e1 + e2 * e2 >= 1e-4:
@@ -171,42 +200,80 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
         dy = position[i, 1] - ref_position[i, 1]
         dz = position[i, 2] - ref_position[i, 2]
         r4 = row4(ref_orientation, i)
-        c = abs(qn[0] * r4[0] + qn[1] * r4[1] + qn[2] * r4[2] + qn[3] * r4[3])
+        c4 = abs(qn[0] * r4[0] + qn[1] * r4[1] + qn[2] * r4[2] + qn[3] * r4[3])
         moved = max(moved, math.sqrt(dx * dx + dy * dy + dz * dz)
-                    + bounding_radius[i] * 2.0 * math.acos(min(c, 1.0)))
+                    + bounding_radius[i] * 2.0 * math.acos(min(c4, 1.0)))
     return moved
 
 
-def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, orientation, velocity,
-                angular_velocity, force, torque, position, lo, hi, walled):
-    """Second half kick of bodies 0..n-1 with the new forces, and the end-of-step state check
-    of :func:`check_state` in the same call (as a separate call it cost 0.2-0.3 ms per step
-    at 64,000 bodies). Returns what :func:`check_state` returns for the kicked state:
-    (index, cause) of the first bad body, or (-1, 0). Split as :func:`_first_half`: a
-    vectorised kick of every movable body's velocity and the spheres' angular velocity, a
-    serial loop over the movable non-spheres, if any, and a vectorised check."""
+@njit(cache=True, error_model="numpy")
+def _kick_and_check(m, base, none, dt, flags, shape, inv_mass, x, v, f, ii, w, tq, lo, hi,
+                    walled):
+    """Second half kick of the movable bodies' velocity and the movable spheres' angular
+    velocity among bodies 0..m-1 of flat views, and the state code of :func:`_state_code`
+    (index ``base + i``) of every body but the movable non-spheres (their angular velocity is
+    kicked later). Returns (smallest code or ``none``, number of movable non-spheres)."""
     h = 0.5 * dt
-    x, v, f = position.reshape(-1), velocity.reshape(-1), force.reshape(-1)
-    w, tq, ii = angular_velocity.reshape(-1), torque.reshape(-1), inv_inertia.reshape(-1)
+    lo0, lo1, lo2, hi0, hi1, hi2 = lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]
+    wa0, wa1, wa2 = walled[0], walled[1], walled[2]
+    first = none
     rest = 0
-    for i in prange(n):
+    for i in range(m):
         free = (flags[i] & FIXED) == 0
-        sph = free & (shape[i] == SPHERE)
+        sph = shape[i] == SPHERE
         im = inv_mass[i]
         j = 3 * i
         v0, v1, v2 = v[j], v[j + 1], v[j + 2]
         u0 = v0 + h * f[j] * im
         u1 = v1 + h * f[j + 1] * im
         u2 = v2 + h * f[j + 2] * im
-        v[j], v[j + 1], v[j + 2] = (u0, u1, u2) if free else (v0, v1, v2)
+        u0, u1, u2 = (u0, u1, u2) if free else (v0, v1, v2)
+        v[j], v[j + 1], v[j + 2] = u0, u1, u2
         k = ii[j]
         a0, a1, a2 = w[j], w[j + 1], w[j + 2]
         b0 = a0 + h * tq[j] * k
         b1 = a1 + h * tq[j + 1] * k
         b2 = a2 + h * tq[j + 2] * k
-        w[j], w[j + 1], w[j + 2] = (b0, b1, b2) if sph else (a0, a1, a2)
+        b0, b1, b2 = (b0, b1, b2) if free & sph else (a0, a1, a2)
+        w[j], w[j + 1], w[j + 2] = b0, b1, b2
+        p0, p1, p2 = x[j], x[j + 1], x[j + 2]
+        finite = (math.isfinite(p0) & math.isfinite(p1) & math.isfinite(p2)
+                  & math.isfinite(u0) & math.isfinite(u1) & math.isfinite(u2)
+                  & math.isfinite(b0) & math.isfinite(b1) & math.isfinite(b2))
+        out = ((wa0 & ((p0 < lo0) | (p0 >= hi0))) | (wa1 & ((p1 < lo1) | (p1 >= hi1)))
+               | (wa2 & ((p2 < lo2) | (p2 >= hi2))))
+        g = 2 * (base + i)
+        code = g if not finite else (g + 1 if free & out else none)
+        first = min(first, code if sph | ~free else none)
         rest += np.int64(free & ~sph)
+    return first, rest
+
+
+def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, orientation, velocity,
+                angular_velocity, force, torque, position, lo, hi, walled):
+    """Second half kick of bodies 0..n-1 with the new forces, and the end-of-step state check
+    of :func:`check_state` in the same call (as a separate pass it cost 0.2-0.3 ms per step at
+    64,000 bodies). Returns what :func:`check_state` returns for the kicked state: (index,
+    cause) of the first bad body, or (-1, 0). Split as :func:`_first_half`: vectorised chunks
+    (:func:`_kick_and_check`), then a serial loop over the movable non-spheres, if any."""
+    h = 0.5 * dt
+    x, v, f = position.reshape(-1), velocity.reshape(-1), force.reshape(-1)
+    w, tq, ii = angular_velocity.reshape(-1), torque.reshape(-1), inv_inertia.reshape(-1)
+    none = 2 * n           # 2 * index + (0: non-finite, 1: outside); min over bodies = first
+    first = none
+    rest = 0
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        a = c * CHUNK
+        b = min(a + CHUNK, n)
+        fc, rc = _kick_and_check(b - a, a, none, dt, flags[a:b], shape[a:b], inv_mass[a:b],
+                                 x[3 * a:3 * b], v[3 * a:3 * b], f[3 * a:3 * b],
+                                 ii[3 * a:3 * b], w[3 * a:3 * b], tq[3 * a:3 * b], lo, hi,
+                                 walled)
+        first = min(first, fc)
+        rest += rc
     if rest > 0:
+        lo3, hi3 = (lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2])
+        walled3 = (walled[0], walled[1], walled[2])
         for i in range(n):
             if flags[i] & FIXED or shape[i] == SPHERE:
                 continue
@@ -221,20 +288,11 @@ def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, orientatio
                      L0[2] + h * torque[i, 2])
                 wn = _body_omega(q, ii3, L)
                 angular_velocity[i, 0], angular_velocity[i, 1], angular_velocity[i, 2] = wn
-    lo0, lo1, lo2, hi0, hi1, hi2 = lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]
-    wa0, wa1, wa2 = walled[0], walled[1], walled[2]
-    first = 2 * n          # 2 * index + (0: non-finite, 1: outside); min over bodies = first
-    for i in prange(n):
-        j = 3 * i
-        p0, p1, p2 = x[j], x[j + 1], x[j + 2]
-        finite = (math.isfinite(p0) & math.isfinite(p1) & math.isfinite(p2)
-                  & math.isfinite(v[j]) & math.isfinite(v[j + 1]) & math.isfinite(v[j + 2])
-                  & math.isfinite(w[j]) & math.isfinite(w[j + 1]) & math.isfinite(w[j + 2]))
-        out = ((wa0 & ((p0 < lo0) | (p0 >= hi0))) | (wa1 & ((p1 < lo1) | (p1 >= hi1)))
-               | (wa2 & ((p2 < lo2) | (p2 >= hi2))))
-        bad = ((flags[i] & FIXED) == 0) & out
-        first = min(first, 2 * i if not finite else (2 * i + 1 if bad else 2 * n))
-    if first == 2 * n:
+            code = _state_code(i, False, row3(position, i), row3(velocity, i),
+                               row3(angular_velocity, i), lo3, hi3, walled3)
+            if code >= 0:
+                first = min(first, code)
+    if first == none:
         return -1, 0
     return first // 2, 1 + first % 2
 
