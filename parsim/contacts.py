@@ -334,6 +334,58 @@ def finish_sums(n_owned, flags, mass, gravity, force, torque):
             force[i, 2] += m * gz
 
 
+#: bodies per chunk of :func:`_accumulate`'s sparse mode
+CHUNK = 1024
+
+
+@njit(cache=True)
+def _gravity_only(m, flags, mass, gx, gy, gz, f, t):
+    """Force and torque of bodies 0..m-1 (flat views) with no pair contribution: what the sum
+    loop of :func:`_accumulate` gives them (``0.0 + m g``, the same bits; zero when fixed).
+    Branch-free over flat views, so LLVM vectorises it."""
+    for i in range(m):
+        fixed = (flags[i] & FIXED) != 0
+        w = mass[i]
+        j = 3 * i
+        f[j], f[j + 1], f[j + 2] = ((0.0, 0.0, 0.0) if fixed
+                                    else (0.0 + w * gx, 0.0 + w * gy, 0.0 + w * gz))
+        t[j], t[j + 1], t[j + 2] = 0.0, 0.0, 0.0
+
+
+@njit(cache=True, inline="always")
+def _body_sum(i, ptr, entry, live, dense, pf, pta, ptb, flags, mass, gx, gy, gz, force, torque):
+    fx = fy = fz = 0.0
+    tx = ty = tz = 0.0
+    for e in range(ptr[i], ptr[i + 1]):
+        c = entry[e]
+        p = c >> 1
+        if not dense and live[p] == 0:
+            continue
+        if (c & 1) == 0:
+            fx += pf[p, 0]
+            fy += pf[p, 1]
+            fz += pf[p, 2]
+            tx += pta[p, 0]
+            ty += pta[p, 1]
+            tz += pta[p, 2]
+        else:
+            fx -= pf[p, 0]
+            fy -= pf[p, 1]
+            fz -= pf[p, 2]
+            tx += ptb[p, 0]
+            ty += ptb[p, 1]
+            tz += ptb[p, 2]
+    if flags[i] & FIXED:
+        fx = fy = fz = tx = ty = tz = 0.0
+    else:
+        m = mass[i]
+        fx += m * gx
+        fy += m * gy
+        fz += m * gz
+    force[i, 0], force[i, 1], force[i, 2] = fx, fy, fz
+    torque[i, 0], torque[i, 1], torque[i, 2] = tx, ty, tz
+
+
 def _accumulate(n_owned, ptr, entry, live, dense, touched, pf, pta, ptb, flags, mass, gravity,
                 force, torque):
     """Total force and torque of owned bodies: their pair contributions in the precomputed
@@ -349,46 +401,25 @@ def _accumulate(n_owned, ptr, entry, live, dense, touched, pf, pta, ptb, flags, 
     touch.
 
     ``touched`` (sparse mode only; :func:`mark_touched`): 1 for the bodies with a live pair.
-    The others have nothing to add, so their lists are not walked at all: in the 64,000-body
-    gas (~550 live pairs of ~150,000) walking them (``entry`` and a random ``live`` read per
-    entry) took 0.6 of this kernel's 0.9 ms. Same bits: their sums start at +0.0 either
-    way."""
+    The others have nothing to add: their lists are not walked, and their force and torque
+    come from the vectorised :func:`_gravity_only` (chunks of :data:`CHUNK` bodies), the same
+    bits as the sum loop gives them (8,000-sphere gas: 23 -> 13 us per call)."""
     gx, gy, gz = gravity[0], gravity[1], gravity[2]
-    for i in prange(n_owned):
-        fx = fy = fz = 0.0
-        tx = ty = tz = 0.0
-        e0 = ptr[i]
-        e1 = ptr[i + 1]
-        if not dense and touched[i] == 0:
-            e1 = e0
-        for e in range(e0, e1):
-            c = entry[e]
-            p = c >> 1
-            if not dense and live[p] == 0:
-                continue
-            if (c & 1) == 0:
-                fx += pf[p, 0]
-                fy += pf[p, 1]
-                fz += pf[p, 2]
-                tx += pta[p, 0]
-                ty += pta[p, 1]
-                tz += pta[p, 2]
-            else:
-                fx -= pf[p, 0]
-                fy -= pf[p, 1]
-                fz -= pf[p, 2]
-                tx += ptb[p, 0]
-                ty += ptb[p, 1]
-                tz += ptb[p, 2]
-        if flags[i] & FIXED:
-            fx = fy = fz = tx = ty = tz = 0.0
-        else:
-            m = mass[i]
-            fx += m * gx
-            fy += m * gy
-            fz += m * gz
-        force[i, 0], force[i, 1], force[i, 2] = fx, fy, fz
-        torque[i, 0], torque[i, 1], torque[i, 2] = tx, ty, tz
+    if dense:
+        for i in prange(n_owned):
+            _body_sum(i, ptr, entry, live, True, pf, pta, ptb, flags, mass, gx, gy, gz, force,
+                      torque)
+        return
+    fo, to = force.reshape(-1), torque.reshape(-1)
+    for c in prange((n_owned + CHUNK - 1) // CHUNK):
+        a = c * CHUNK
+        b = min(a + CHUNK, n_owned)
+        _gravity_only(b - a, flags[a:b], mass[a:b], gx, gy, gz, fo[3 * a:3 * b],
+                      to[3 * a:3 * b])
+        for i in range(a, b):
+            if touched[i] != 0:
+                _body_sum(i, ptr, entry, live, False, pf, pta, ptb, flags, mass, gx, gy, gz,
+                          force, torque)
 
 
 @njit(cache=True)
