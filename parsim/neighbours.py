@@ -20,6 +20,8 @@ non-touching candidates contribute exact zeros.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -73,6 +75,32 @@ def _filter_pairs(sa, sb, uid, flags, image, shape, lo, hi, box, position, param
         keep_b[k] = b
         k += 1
     return k
+
+
+@njit(cache=True)
+def _pair_gaps(pa, pb, shape, params, ref_position, image, box, gap):
+    """Per candidate pair, the gap between the two bodies at their reference poses (those from
+    which the step's displacement ``moved`` is measured): centre distance minus the radii for
+    two spheres, distance from the plane minus the radius for a sphere and a plane, -inf for
+    other pairs. A pair whose gap exceeds twice the largest displacement of any body cannot
+    touch yet (see :func:`parsim.contacts.sphere_pairs_in_play`)."""
+    for p in range(pa.shape[0]):
+        a = pa[p]
+        b = pb[p]
+        if shape[a] != SPHERE:
+            gap[p] = -np.inf
+        elif shape[b] == PLANE:
+            gap[p] = ((ref_position[a, 0] - ref_position[b, 0]) * params[b, 0]
+                      + (ref_position[a, 1] - ref_position[b, 1]) * params[b, 1]
+                      + (ref_position[a, 2] - ref_position[b, 2]) * params[b, 2]) - params[a, 0]
+        elif shape[b] == SPHERE:
+            sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
+            dx = ref_position[a, 0] - (ref_position[b, 0] + sx)
+            dy = ref_position[a, 1] - (ref_position[b, 1] + sy)
+            dz = ref_position[a, 2] - (ref_position[b, 2] + sz)
+            gap[p] = math.sqrt(dx * dx + dy * dy + dz * dz) - (params[a, 0] + params[b, 0])
+        else:
+            gap[p] = -np.inf
 
 
 @njit(cache=True)
@@ -139,6 +167,8 @@ class NeighbourList:
         self.entry = empty_i                           # 2 * pair + side, in summation order
         self.general = False                           # any pair needing the full narrow phase
         self.simple_idx = self.general_idx = empty_i   # pairs for the sphere / general kernel
+        self.gap = np.zeros(0)                         # gap at the reference poses (_pair_gaps)
+        self.hair = 0.0                                # rounding allowance for the gaps
         self.builds = 0
         self.key_order = False                         # pairs sorted by key (see rebuild)
 
@@ -160,7 +190,8 @@ class NeighbourList:
     @property
     def nbytes(self) -> int:
         arrays = (self.in_bp, self.pa, self.pb, self.key_a, self.key_b, self.hist, self.nh,
-                  self.shear, self.touching, self.pout, self.live, self.ptr, self.entry)
+                  self.shear, self.touching, self.pout, self.live, self.ptr, self.entry,
+                  self.gap)
         return sum(a.nbytes for a in arrays) + getattr(self.bp, "nbytes", 0)
 
     def rebuild(self, st, box: np.ndarray, margin: float | None = None,
@@ -288,6 +319,11 @@ class NeighbourList:
         if not keep_refs:
             st.ref_position[:n] = st.position[:n]
             st.ref_orientation[:n] = st.orientation[:n]
+        self.gap = np.empty(pa.size)
+        _pair_gaps(pa, pb, st.shape, st.params, st.ref_position, st.image, box, self.gap)
+        # rounding of the gaps and of the displacement, far below this
+        self.hair = 1e-9 * (1.0 + float(np.abs(st.ref_position[:n]).max(initial=0.0))
+                            + float(np.abs(box).max(initial=0.0)))
         self.builds += 1
 
     def export_history(self, uids: np.ndarray) -> np.ndarray:

@@ -191,6 +191,7 @@ class Simulation:
         self.n_contacts = 0
         self._in_play = np.empty(0, dtype=np.int64)  # scratch: pairs in play (sparse lists)
         self._prefilter = None  # list the pairs in play first: None = when sparse (tests force it)
+        self._gaps = True       # the listing skips pairs by their gap (tests turn it off)
         self.timers = {p: 0.0 for p in PHASES}
         self._next_uid = 0
         self._ready = False
@@ -702,7 +703,10 @@ class Simulation:
             st.permute_owned(order)
 
     # ---- the step ----------------------------------------------------------------------------
-    def _forces(self, update: bool = True) -> None:
+    def _forces(self, update: bool = True, moved: float = math.inf) -> None:
+        """Pair forces and per-body sums. ``moved``: the largest distance any body (on any
+        rank) has moved since the reference poses of the neighbour list, if known (it lets the
+        sparse listing skip pairs too far apart to touch)."""
         st, nl = self.st, self.nl
         n_simple = nl.simple_idx.size
         every = n_simple == nl.n_pairs
@@ -721,9 +725,10 @@ class Simulation:
             if self._in_play.shape[0] < n_simple:
                 self._in_play = np.empty(max(n_simple, 2 * self._in_play.shape[0]), np.int64)
             sel = self._in_play
+            lim = 2.0 * moved * (1.0 + 1e-9) + nl.hair if self._gaps else math.inf
             n_sel = sphere_pairs_in_play(
                 n_simple, every, nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params,
-                st.position, st.image, self.box, nl.live, nl.touching, sel)
+                st.position, st.image, self.box, nl.live, nl.touching, nl.gap, lim, sel)
             sel_every = False
         self.n_contacts = pick(sphere_pair_forces, n_sel)(
             sel, n_sel, sel_every, nl.pa, nl.pb, nl.hist, st.shape, st.params,
@@ -769,11 +774,12 @@ class Simulation:
             tc = time.perf_counter()
             self._check(self.step_count + 1)
             self._rebuild()
+            moved = 0.0           # the rebuild took the current poses as reference
         else:
             self._refresh_shadows()
             tc = time.perf_counter()
         t2 = time.perf_counter()
-        self._forces()
+        self._forces(moved=moved)
         t3 = time.perf_counter()
         # the second kick also checks the new state (one pass instead of two)
         found = pick(I.second_half, st.n_owned)(

@@ -369,3 +369,53 @@ def test_listing_the_pairs_in_play_first_changes_no_bit(build, order):
         assert contacts[pre] == contacts[False]
         for k in ("uid", "position", "velocity", "orientation", "angular_velocity"):
             assert np.array_equal(out[False][k], out[pre][k]), (pre, k)
+
+
+@pytest.mark.parametrize("build, order", [(_sparse_gas, "slot"), (_sparse_gas, "key"),
+                                          (_pile, "slot")])
+def test_skipping_pairs_by_their_gap_changes_no_bit(build, order):
+    """The listing of the pairs in play skips candidates whose gap at the reference poses is
+    more than twice the largest displacement since then. Trajectories with and without the
+    skip must be the same bits."""
+    out = {}
+    for gaps in (False, True):
+        sim = build()
+        sim.pair_order = order
+        sim._prefilter = True
+        sim._gaps = gaps
+        sim.run(400)
+        out[gaps] = sim.state()
+        assert sim.nl.builds >= 2
+    for k in ("uid", "position", "velocity", "orientation", "angular_velocity"):
+        assert np.array_equal(out[False][k], out[True][k]), k
+
+
+def test_pairs_skipped_by_their_gap_are_not_in_play():
+    """At every step of a fast sparse gas, the listing with the gap bound (twice the largest
+    displacement since the reference poses, plus the rounding hair) equals the listing without
+    it, while it does skip pairs."""
+    from parsim.contacts import sphere_pairs_in_play
+
+    sim = _sparse_gas(seed=9)
+    sim._prefilter = True
+    skipped = []
+
+    def check(s):
+        st, nl = s.st, s.nl
+        no = st.n_owned
+        d = np.sqrt(((st.position[:no] - st.ref_position[:no]) ** 2).sum(axis=1)).max()
+        lim = 2.0 * d * (1.0 + 1e-9) + nl.hair
+        n = nl.simple_idx.size
+        got = []
+        for bound in (lim, np.inf):
+            sel = np.empty(n, np.int64)
+            m = sphere_pairs_in_play(n, n == nl.n_pairs, nl.simple_idx, nl.pa, nl.pb, nl.hist,
+                                     st.shape, st.params, st.position, st.image, s.box,
+                                     nl.live, nl.touching, nl.gap, bound, sel)
+            got.append(sel[:m].copy())
+        assert np.array_equal(got[0], got[1]), s.step_count
+        skipped.append(np.count_nonzero(nl.gap[nl.simple_idx] > lim))
+
+    sim.run(600, callback=check, every=1)
+    assert sim.nl.builds >= 3
+    assert min(skipped) >= 0 and sum(skipped) > 0
