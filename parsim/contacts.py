@@ -354,6 +354,8 @@ def _gravity_only(m, flags, mass, gx, gy, gz, f, t):
 
 @njit(cache=True, inline="always")
 def _body_sum(i, ptr, entry, live, dense, pf, pta, ptb, flags, mass, gx, gy, gz, force, torque):
+    """Body i's force and torque: its pair rows in the canonical order (``entry``), skipping
+    pairs that are not live unless ``dense``, then gravity; zero for a fixed body."""
     fx = fy = fz = 0.0
     tx = ty = tz = 0.0
     for e in range(ptr[i], ptr[i + 1]):
