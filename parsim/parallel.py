@@ -19,8 +19,12 @@ import types
 import numba
 from numba import njit
 
-#: smallest number of items (bodies or pairs) for which a kernel runs threaded
-PARALLEL_MIN = 4096
+#: smallest number of items (bodies or pairs) for which a kernel runs threaded. A parallel
+#: region costs ~0.1 ms on the 2-core test machine (2026-11-24: the vectorised first half kick
+#: of 8,000 bodies took 22 ns/body threaded against 8 serial), as much as a whole light kernel
+#: of 8,000 bodies; with 4,096 the 8,000-sphere benchmarks ran 1.2-2.8x slower on 2 threads
+#: than on one (docs/benchmarks/dem.md)
+PARALLEL_MIN = 16384
 
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
