@@ -388,8 +388,30 @@ def _body_sum(i, ptr, entry, live, dense, pf, pta, ptb, flags, mass, gx, gy, gz,
     torque[i, 0], torque[i, 1], torque[i, 2] = tx, ty, tz
 
 
+@njit(cache=True)
+def mark_touched(n_owned, pa, pb, live, touched, out):
+    """Bit 0 of ``touched[i]`` set for the owned bodies ``i`` of every live pair (one stream over
+    ``live``: the gas has few live pairs), each written once to ``out``; returns their number.
+    Bit 0 must be clear for every body on entry; bit 1 (rows kept by :func:`accumulate`) is
+    left as it is."""
+    k = 0
+    for p in range(live.shape[0]):
+        if live[p] != 0:
+            a = pa[p]
+            b = pb[p]
+            if a < n_owned and (touched[a] & 1) == 0:
+                touched[a] |= np.uint8(1)
+                out[k] = a
+                k += 1
+            if b < n_owned and (touched[b] & 1) == 0:
+                touched[b] |= np.uint8(1)
+                out[k] = b
+                k += 1
+    return k
+
+
 def _accumulate(n_owned, ptr, entry, live, dense, touched, pf, pta, ptb, flags, mass, gravity,
-                force, torque):
+                force, torque, keep, kept_gravity, pa, pb, listed, n_listed):
     """Total force and torque of owned bodies: their pair contributions in the precomputed
     canonical order (by partner key; ``entry`` = 2 * pair + side), then gravity. Fixed bodies
     get zero.
@@ -402,17 +424,56 @@ def _accumulate(n_owned, ptr, entry, live, dense, touched, pf, pta, ptb, flags, 
     2x the time of skipping them. The engine picks ``dense`` when at least 1/8 of the pairs
     touch.
 
-    ``touched`` (sparse mode only; :func:`mark_touched`): 1 for the bodies with a live pair.
-    The others have nothing to add: their lists are not walked, and their force and torque
-    come from the vectorised :func:`_gravity_only` (chunks of :data:`CHUNK` bodies), the same
-    bits as the sum loop gives them (8,000-sphere gas: 23 -> 13 us per call)."""
+    Sparse mode: only the bodies with a live pair (:func:`mark_touched`, bit 0 of
+    ``touched``) walk their lists. The others have nothing to add: their force and torque are
+    ``0.0 + m g`` (zero when fixed), the bits the sum loop would give them.
+
+    - Full pass (``n_listed[0] < 0``, or ``keep`` false): every row is written, those of the
+      untouched bodies by the vectorised :func:`_gravity_only` (chunks of :data:`CHUNK`
+      bodies; 8,000-sphere gas: 23 -> 13 us per call).
+    - Listed pass (``keep``, after a full or listed pass with the same gravity): rows that hold
+      ``0.0 + m g`` are kept (bit 1 of ``touched``), so only the bodies touched now or at the
+      previous step are visited: ``listed[0, :n_listed[0]]`` holds the previous step's touched
+      bodies. The work is proportional to the contacts, not to the bodies: 64,000-sphere gas
+      (~1,300 bodies touched), 0.165 -> 0.04 ms per call in a loop, 0.32 -> 0.17 ms in the
+      step (cache-cold there); 8,000: contact phase 0.063 -> 0.050 ms per step.
+
+    ``keep`` is false when the caller changes the rows afterwards (global bodies); rows are
+    also rewritten after a dense pass, when ``gravity`` differs from ``kept_gravity`` (the
+    gravity of the kept rows, updated here) and after a rebuild of the neighbour list (rows move;
+    the list comes with ``n_listed[0] = -1``)."""
     gx, gy, gz = gravity[0], gravity[1], gravity[2]
+    same = (kept_gravity[0] == gx) & (kept_gravity[1] == gy) & (kept_gravity[2] == gz)
+    kept_gravity[0], kept_gravity[1], kept_gravity[2] = gx, gy, gz
     if dense:
         for i in prange(n_owned):
             _body_sum(i, ptr, entry, live, True, pf, pta, ptb, flags, mass, gx, gy, gz, force,
                       torque)
+        n_listed[0] = -1
         return
     fo, to = force.reshape(-1), torque.reshape(-1)
+    if keep and same and n_listed[0] >= 0:
+        prev = listed[0]
+        n_prev = n_listed[0]
+        for k in range(n_prev):
+            touched[prev[k]] = 0
+        now = listed[1]
+        n_now = mark_touched(n_owned, pa, pb, live, touched, now)
+        for k in range(n_now):
+            i = now[k]
+            _body_sum(i, ptr, entry, live, False, pf, pta, ptb, flags, mass, gx, gy, gz, force,
+                      torque)
+        for k in range(n_prev):
+            i = prev[k]
+            if touched[i] == 0:
+                _gravity_only(1, flags[i:i + 1], mass[i:i + 1], gx, gy, gz, fo[3 * i:3 * i + 3],
+                              to[3 * i:3 * i + 3])
+                touched[i] = 2
+        prev[:n_now] = now[:n_now]
+        n_listed[0] = n_now
+        return
+    touched[:n_owned] = 0
+    n_now = mark_touched(n_owned, pa, pb, live, touched, listed[0])
     for c in prange((n_owned + CHUNK - 1) // CHUNK):
         a = c * CHUNK
         b = min(a + CHUNK, n_owned)
@@ -422,21 +483,9 @@ def _accumulate(n_owned, ptr, entry, live, dense, touched, pf, pta, ptb, flags, 
             if touched[i] != 0:
                 _body_sum(i, ptr, entry, live, False, pf, pta, ptb, flags, mass, gx, gy, gz,
                           force, torque)
-
-
-@njit(cache=True)
-def mark_touched(n_owned, pa, pb, live, touched):
-    """``touched[i] = 1`` for the owned bodies ``i`` of every live pair, 0 for the others (one
-    stream over ``live``: the gas has few live pairs)."""
-    touched[:n_owned] = 0
-    for p in range(live.shape[0]):
-        if live[p] != 0:
-            a = pa[p]
-            b = pb[p]
-            if a < n_owned:
-                touched[a] = 1
-            if b < n_owned:
-                touched[b] = 1
+            else:
+                touched[i] = 2
+    n_listed[0] = n_now if keep else -1
 
 
 @njit(cache=True)

@@ -164,6 +164,9 @@ class NeighbourList:
         self._set_outputs(0)
         self.ptr = np.zeros(1, dtype=np.int64)
         self.touched = np.zeros(0, dtype=np.uint8)
+        self.listed = np.empty((2, 0), dtype=np.int64)
+        self.n_listed = np.full(1, -1, dtype=np.int64)
+        self.kept_gravity = np.full(3, np.nan)
         self.entry = empty_i                           # 2 * pair + side, in summation order
         self.general = False                           # any pair needing the full narrow phase
         self.simple_idx = self.general_idx = empty_i   # pairs for the sphere / general kernel
@@ -315,7 +318,11 @@ class NeighbourList:
         counts = np.bincount(body, minlength=no)[:no]
         self.ptr = np.zeros(no + 1, dtype=np.int64)
         np.cumsum(counts, out=self.ptr[1:])
-        self.touched = np.zeros(no, dtype=np.uint8)   # scratch of the sparse sums
+        # state of the sparse sums (accumulate): marks, touched bodies, gravity of kept rows
+        self.touched = np.zeros(no, dtype=np.uint8)
+        self.listed = np.empty((2, no), dtype=np.int64)
+        self.n_listed = np.full(1, -1, dtype=np.int64)
+        self.kept_gravity = np.full(3, np.nan)
         if not keep_refs:
             st.ref_position[:n] = st.position[:n]
             st.ref_orientation[:n] = st.orientation[:n]

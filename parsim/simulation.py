@@ -33,7 +33,7 @@ from .bodies import FIXED, GLOBAL, INFINITE, MAX_UID, REPLICATED, BodyStorage
 from .comm import Net, auto_comm
 from .decomposition import Decomposition, default_blocks
 from .halo import Halo
-from .contacts import (accumulate, finish_sums, mark_touched, sphere_pair_forces,
+from .contacts import (accumulate, finish_sums, sphere_pair_forces,
                        sphere_pairs_in_play)
 from .contacts_general import general_pair_forces, scratch
 from .parallel import pick, threaded
@@ -192,6 +192,7 @@ class Simulation:
         self._in_play = np.empty(0, dtype=np.int64)  # scratch: pairs in play (sparse lists)
         self._prefilter = None  # list the pairs in play first: None = when sparse (tests force it)
         self._gaps = True       # the listing skips pairs by their gap (tests turn it off)
+        self._keep_rows = True  # the sparse sums keep gravity-only rows (tests turn it off)
         self.timers = {p: 0.0 for p in PHASES}
         self._next_uid = 0
         self._ready = False
@@ -748,13 +749,13 @@ class Simulation:
                 *self._scratch)
         if summed:
             finish_sums(no, st.flags, st.mass, self.gravity, st.force, st.torque)
+            nl.n_listed[0] = -1      # no rows kept (see accumulate)
         else:
             dense = 8 * self.n_contacts >= nl.n_pairs
-            if not dense:
-                mark_touched(no, nl.pa, nl.pb, nl.live, nl.touched)
             pick(accumulate, no)(no, nl.ptr, nl.entry, nl.live, dense, nl.touched, nl.pf,
                                  nl.pta, nl.ptb, st.flags, st.mass, self.gravity, st.force,
-                                 st.torque)
+                                 st.torque, self._keep_rows and not self._has_global,
+                                 nl.kept_gravity, nl.pa, nl.pb, nl.listed, nl.n_listed)
         if self._has_global:
             global_bodies.assemble(st, nl, self.net, self.gravity)
 

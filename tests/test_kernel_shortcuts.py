@@ -69,30 +69,29 @@ def test_dense_and_sparse_sums_give_the_same_bits_and_open_pairs_have_zero_rows(
         if step % 40:
             continue
         assert 0 < live.sum() < live.size     # both branches of the sums are exercised
-        touched = np.full(st.n_owned, 7, dtype=np.uint8)
-        mark_touched(st.n_owned, nl.pa, nl.pb, nl.live, touched)
+        touched = np.full(st.n_owned, 2, dtype=np.uint8)
+        listed = np.full(st.n_owned, -1, dtype=np.int64)
+        k = mark_touched(st.n_owned, nl.pa, nl.pb, nl.live, touched, listed)
         # the bodies of live pairs, by brute force
         expect = np.zeros(st.n_owned, dtype=np.uint8)
         for p in np.flatnonzero(live):
             for b in (nl.pa[p], nl.pb[p]):
                 if b < st.n_owned:
                     expect[b] = 1
-        assert np.array_equal(touched, expect)
+        assert np.array_equal(touched, expect | 2)      # bit 1 (kept rows) left as it was
+        assert np.array_equal(np.sort(listed[:k]), np.flatnonzero(expect))   # each once
         assert 0 < expect.sum() < st.n_owned
         out = {}
-        for mode, dense, marks in (("sparse", False, touched),
-                                   ("sparse, every body marked", False,
-                                    np.ones(st.n_owned, dtype=np.uint8)),
-                                   ("dense", True, np.zeros(st.n_owned, dtype=np.uint8))):
+        for dense in (False, True):          # the sparse pass marks the bodies itself
             f = np.full_like(st.force, np.nan)
             t = np.full_like(st.torque, np.nan)
-            accumulate[0](st.n_owned, nl.ptr, nl.entry, nl.live, dense, marks, nl.pf, nl.pta,
-                          nl.ptb, st.flags, st.mass, sim.gravity, f, t)
-            out[dense if mode != "sparse, every body marked" else "all"] = (
-                f[: st.n_owned], t[: st.n_owned])
-        for other in ("all", True):
-            assert np.array_equal(out[False][0], out[other][0])
-            assert np.array_equal(out[False][1], out[other][1])
+            accumulate[0](st.n_owned, nl.ptr, nl.entry, nl.live, dense, touched, nl.pf, nl.pta,
+                          nl.ptb, st.flags, st.mass, sim.gravity, f, t, False,
+                          np.full(3, np.nan), nl.pa, nl.pb, np.empty((2, st.n_owned), np.int64),
+                          np.full(1, -1))
+            out[dense] = (f[: st.n_owned], t[: st.n_owned])
+        assert np.array_equal(out[False][0], out[True][0])
+        assert np.array_equal(out[False][1], out[True][1])
         # the engine's own sums of this step (whichever mode it chose) are the same bits
         assert np.array_equal(out[True][0], st.force[: st.n_owned])
         assert np.array_equal(out[True][1], st.torque[: st.n_owned])
@@ -303,9 +302,10 @@ def test_sums_in_the_pair_sweep_equal_the_canonical_sums():
         assert np.all(key.nl.pout == 0.0)                   # no rows written
         f = np.full_like(slot.st.force, np.nan)
         t = np.full_like(slot.st.torque, np.nan)
-        accumulate[0](no, slot.nl.ptr, slot.nl.entry, slot.nl.live, True, slot.nl.touched,
-                      slot.nl.pf, slot.nl.pta, slot.nl.ptb, slot.st.flags, slot.st.mass,
-                      slot.gravity, f, t)
+        accumulate[0](no, slot.nl.ptr, slot.nl.entry, slot.nl.live, True,
+                      slot.nl.touched.copy(), slot.nl.pf, slot.nl.pta, slot.nl.ptb,
+                      slot.st.flags, slot.st.mass, slot.gravity, f, t, False, np.zeros(3),
+                      slot.nl.pa, slot.nl.pb, np.empty((2, no), np.int64), np.full(1, -1))
         assert np.array_equal(f[:no], slot.st.force[:no])
         assert np.array_equal(key.st.force[:no], slot.st.force[:no])
         assert np.array_equal(key.st.torque[:no], slot.st.torque[:no])
@@ -419,3 +419,49 @@ def test_pairs_skipped_by_their_gap_are_not_in_play():
     sim.run(600, callback=check, every=1)
     assert sim.nl.builds >= 3
     assert min(skipped) >= 0 and sum(skipped) > 0
+
+
+def _periodic_gas(seed=5):
+    """A sparse gas with no global body (so the sums may keep rows between steps): periodic on
+    every axis, tilted gravity, fast spheres among a few fixed ones and some boxes."""
+    rng = np.random.default_rng(seed)
+    sim = parsim.Simulation(dt=2e-5, gravity=(0.4, -0.3, -9.81), domain=((0, 0, 0), (3, 3, 3)),
+                            periodic=(True, True, True), skin=0.15)
+    m = sim.add_material("m", density=1000.0, restitution=0.4, collision_time=1e-3, friction=0.5)
+    g = np.stack(np.meshgrid(*[np.arange(6)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    g = g[rng.permutation(len(g))]
+    pos = (g + 0.5) * 0.5 + rng.uniform(-0.02, 0.02, g.shape)
+    sim.add_spheres(pos[:180], rng.uniform(0.2, 0.245, 180), m,
+                    velocities=rng.uniform(-12.0, 12.0, (180, 3)))
+    sim.add_spheres(pos[180:190], np.full(10, 0.2), m, fixed=True)
+    sim.add_boxes(pos[190:], np.full((len(g) - 190, 3), 0.12), m,
+                  velocities=rng.uniform(-2.0, 2.0, (len(g) - 190, 3)))
+    return sim
+
+
+def test_kept_gravity_rows_change_no_bit():
+    """The sparse sums leave the rows of bodies with no pair force as they are when they
+    already hold 0 + m g: the forces at every step, and the trajectory, are the bits of sums
+    that write every row, also across a change of gravity between two runs."""
+    forces, states, kept = {}, {}, []
+    for keep in (False, True):
+        sim = _periodic_gas()
+        sim._keep_rows = keep
+        seen = []
+
+        def look(s):
+            no = s.st.n_owned
+            seen.append((s.st.force[:no].copy(), s.st.torque[:no].copy()))
+            if keep and 8 * s.n_contacts < s.nl.n_pairs:    # the sparse sums ran
+                kept.append(np.count_nonzero(s.nl.touched[:no] == 2) * (s.nl.n_listed[0] >= 0))
+        sim.run(300, callback=look, every=1)
+        sim.gravity[:] = (0.0, 0.2, -3.0)
+        sim.run(300, callback=look, every=1)
+        assert sim.nl.builds >= 3
+        forces[keep], states[keep] = seen, sim.state()
+    for (fa, ta), (fb, tb) in zip(forces[False], forces[True]):
+        assert np.array_equal(fa.view(np.uint64), fb.view(np.uint64))
+        assert np.array_equal(ta.view(np.uint64), tb.view(np.uint64))
+    for k in ("uid", "position", "velocity", "orientation", "angular_velocity"):
+        assert np.array_equal(states[False][k], states[True][k]), k
+    assert len(kept) > 500 and max(kept) > 150   # most rows kept: the shortcut was exercised
