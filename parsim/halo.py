@@ -90,20 +90,6 @@ def _copy_rows(src, dst, position, orientation, velocity, angular_velocity):
         q[j], q[j + 1], q[j + 2], q[j + 3] = q[i], q[i + 1], q[i + 2], q[i + 3]
 
 
-@njit(cache=True)
-def _copy_state(src, start, position, orientation, velocity, angular_velocity):
-    """Slots start.. take the pose and velocities of slots ``src`` (local shadows)."""
-    for k in range(src.shape[0]):
-        i = src[k]
-        j = start + k
-        for d in range(3):
-            position[j, d] = position[i, d]
-            velocity[j, d] = velocity[i, d]
-            angular_velocity[j, d] = angular_velocity[i, d]
-        for d in range(4):
-            orientation[j, d] = orientation[i, d]
-
-
 def _shift_image(rec: np.ndarray, axis: int, delta: int) -> None:
     """Add ``delta`` (+-1) to the periodic shift of the copies along ``axis``."""
     if rec.shape[0]:
@@ -121,6 +107,7 @@ class Halo:
         self.plan = []             # per axis: (send_down, send_up, start_from_down, start_from_up)
         self.buffers = []          # per axis: (to_down, to_up, from_down, from_up) float64[k, 13]
         self.local = None          # (src, dst) when the refresh needs no message
+        self.program = []          # the refresh, step by step (see _program)
         self.migrated = 0          # bodies this rank sent away at the last rebuild
         self.migrated_total = 0    # ... and over the run
         self.shadows_made = 0
@@ -135,6 +122,7 @@ class Halo:
         self.buffers = []
         self.global_src = np.empty(0, dtype=np.int64)
         self.local = None
+        self.program = []
     def build(self, st: BodyStorage, reach: float) -> None:
         """Make the shadow copies (requires none present). ``reach`` is the halo beyond a body's
         own bounding radius: largest bounding radius + skin + rounding hair (global)."""
@@ -171,28 +159,68 @@ class Halo:
                                  np.empty((got_up.size, STATE_WIDTH))))
         self._global_images(st)
         self.shadows_made = st.n_shadow
-        self._local_program()
+        self._program()
 
-    def _local_program(self) -> None:
-        """When no sweep needs a message (one rank, or one rank along every periodic axis that
-        has a plan), the whole refresh is a list of row copies, in the order the sweeps make
-        them: ``self.local`` = (src, dst) for one :func:`_copy_rows` call per step instead of
-        two :func:`_copy_state` calls per axis (on the 8,000-sphere periodic gas the six calls
-        and their Python loop cost more than the copies)."""
-        self.local = None
-        dec = self.dec
-        src = [self.global_src]
+    def _program(self) -> None:
+        """The per-step refresh as a short list of steps, in the order the sweeps make them
+        (``self.program``):
+
+        * ``("copy", src, dst)``: slots ``dst`` take the rows of slots ``src``, in order; one
+          :func:`_copy_rows` call for all the local copies between two messages, whatever
+          sweeps (one block along a periodic axis) and global images they span;
+        * ``("send", axis, slots, out, inbuf, start, whole, views)``: one :func:`_pack_state`
+          call for both directions into ``out``, the exchange, one :func:`_unpack_state` call
+          from ``inbuf`` into the slots from ``start`` on (the copies from below and from above
+          are stored back to back). ``whole``: the same rank is the neighbour on both sides
+          (two blocks along a periodic axis), so one message goes each way, packed as [to up;
+          to down], which that rank receives as its [from below; from above]. ``views``: the
+          four directions' parts of ``out`` and ``inbuf`` (also ``self.buffers[axis]``).
+
+        On the 8,000-sphere periodic gas on one rank the six copy calls per step and their
+        Python loop cost more than the copies; on two ranks split along x the refresh was nine
+        kernel calls and four messages per step, now three calls and two messages."""
+        dec, rank = self.dec, self.net.rank
+        steps = []
+        src = [self.global_src]         # global images: independent of the sweeps
         dst = [self.global_start + np.arange(self.global_src.size, dtype=np.int64)]
+
+        def flush():
+            if sum(a.size for a in src):
+                steps.append(("copy", np.concatenate(src).astype(np.int64),
+                              np.concatenate(dst).astype(np.int64)))
+            src.clear()
+            dst.clear()
+
         for d, p in enumerate(self.plan):
             if p is None:
                 continue
-            if dec.down[d] != self.net.rank:
-                return
             send_down, send_up, start_down, start_up = p
-            src += [send_up, send_down]
-            dst += [start_down + np.arange(send_up.size, dtype=np.int64),
-                    start_up + np.arange(send_down.size, dtype=np.int64)]
-        self.local = (np.concatenate(src).astype(np.int64), np.concatenate(dst))
+            n_from_down = start_up - start_down
+            n_from_up = self.buffers[d][3].shape[0]
+            if dec.down[d] == rank:                  # one block along this periodic axis
+                src += [send_up, send_down]
+                dst += [start_down + np.arange(send_up.size, dtype=np.int64),
+                        start_up + np.arange(send_down.size, dtype=np.int64)]
+                continue
+            flush()
+            whole = dec.down[d] == dec.up[d]
+            slots = np.concatenate([send_up, send_down] if whole else [send_down, send_up])
+            out = np.empty((slots.size, STATE_WIDTH))
+            inbuf = np.empty((n_from_down + n_from_up, STATE_WIDTH))
+            if whole:
+                views = (out[send_up.size:], out[:send_up.size], inbuf[:n_from_down],
+                         inbuf[n_from_down:])
+            else:
+                views = (out[:send_down.size], out[send_down.size:], inbuf[:n_from_down],
+                         inbuf[n_from_down:])
+            self.buffers[d] = views
+            steps.append(("send", d, slots.astype(np.int64), out, inbuf, start_down, whole,
+                          views))
+        flush()
+        self.program = steps
+        self.local = steps[0][1:] if len(steps) == 1 and steps[0][0] == "copy" else None
+        if not steps:
+            self.local = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
     def _global_images(self, st: BodyStorage) -> None:
         """Every periodic image of the global bodies, made locally (every rank has them)."""
@@ -213,44 +241,32 @@ class Halo:
         self.global_src = src
 
     def refresh(self, st: BodyStorage) -> None:
-        """Shadows take the current pose and velocities of their originals (three sweeps)."""
+        """Shadows take the current pose and velocities of their originals (the three sweeps,
+        as the steps of :meth:`_program`)."""
         if self.local is not None:
             src, dst = self.local
             if src.size:
                 _copy_rows(src, dst, st.position, st.orientation, st.velocity,
                            st.angular_velocity)
             return
-        dec = self.dec
-        if self.global_src.size:
-            _copy_state(self.global_src, self.global_start, st.position, st.orientation,
-                        st.velocity, st.angular_velocity)
-        if not self.plan:
-            return
-        for d in range(3):
-            p = self.plan[d]
-            if p is None:
+        dec, tm = self.dec, self.timers
+        for step in self.program:
+            if step[0] == "copy":
+                _copy_rows(step[1], step[2], st.position, st.orientation, st.velocity,
+                           st.angular_velocity)
                 continue
-            send_down, send_up, start_down, start_up = p
-            if dec.down[d] == self.net.rank:       # one block along this periodic axis
-                _copy_state(send_up, start_down, st.position, st.orientation, st.velocity,
-                            st.angular_velocity)
-                _copy_state(send_down, start_up, st.position, st.orientation, st.velocity,
-                            st.angular_velocity)
-                continue
-            to_down, to_up, from_down, from_up = self.buffers[d]
+            _, d, slots, out, inbuf, start, whole, views = step
             t0 = time.perf_counter()
-            _pack_state(send_down, st.position, st.orientation, st.velocity,
-                        st.angular_velocity, to_down)
-            _pack_state(send_up, st.position, st.orientation, st.velocity,
-                        st.angular_velocity, to_up)
+            _pack_state(slots, st.position, st.orientation, st.velocity, st.angular_velocity,
+                        out)
             t1 = time.perf_counter()
-            self.net.exchange_fixed(d, dec.down[d], dec.up[d], to_down, to_up, from_down, from_up)
+            if whole:
+                self.net.sendrecv_fixed(d, dec.up[d], out, inbuf)
+            else:
+                self.net.exchange_fixed(d, dec.down[d], dec.up[d], *views)
             t2 = time.perf_counter()
-            _unpack_state(from_down, start_down, st.position, st.orientation, st.velocity,
+            _unpack_state(inbuf, start, st.position, st.orientation, st.velocity,
                           st.angular_velocity)
-            _unpack_state(from_up, start_up, st.position, st.orientation, st.velocity,
-                          st.angular_velocity)
-            tm = self.timers
             tm["pack"] += t1 - t0
             tm["exchange"] += t2 - t1
             tm["unpack"] += time.perf_counter() - t2
@@ -308,4 +324,4 @@ def warm_up() -> None:
     buf = np.zeros((1, STATE_WIDTH))
     _pack_state(slots, st.position, st.orientation, st.velocity, st.angular_velocity, buf)
     _unpack_state(buf, 1, st.position, st.orientation, st.velocity, st.angular_velocity)
-    _copy_state(slots, 1, st.position, st.orientation, st.velocity, st.angular_velocity)
+    _copy_rows(slots, slots + 1, st.position, st.orientation, st.velocity, st.angular_velocity)
