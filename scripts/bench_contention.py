@@ -1,0 +1,141 @@
+"""What the second core costs without any communication: one single-rank parsim run alone,
+then two identical ones at the same time (independent processes, no MPI).
+
+Weak scaling from 1 to 2 ranks on a 2-core machine measures the parallel code *and* the
+machine: two processes share the memory bus and the last-level cache, and on a virtual machine
+the host's other tenants. The ratio ``t(alone) / t(two at once)`` is the weak-scaling
+efficiency that two ranks with no communication at all would reach: the ceiling of
+``scripts/bench_scaling.py --weak`` on the same machine at the same time. The runs are
+``scripts/bench_dem.py --worker`` (one numba thread each; the scenarios of that script, S1w at any
+n per side, S2b at 20 and 40); each configuration runs ``--repeats`` times, alone and paired
+alternately, and the best of each is reported (as bench_scaling does).
+
+    NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_contention.py \\
+        --cases S1w:20 S1w:40 S1w:50 S2b:20 S2b:40 --repeats 2
+
+Writes ``contention.md``, ``contention.json`` and ``contention.png`` to ``--out``
+(default docs/benchmarks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_common import machine_info, md_table, text_table  # noqa: E402
+
+DEM = REPO / "scripts" / "bench_dem.py"
+
+
+def _cmd(scenario: str, n_side: int, steps: int, warm: int) -> list[str]:
+    return [sys.executable, str(DEM), "--worker", scenario, str(n_side), str(steps), str(warm)]
+
+
+def _env() -> dict:
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
+    env.setdefault("NUMBA_CACHE_DIR", str(REPO / ".numba_cache"))
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _ms_per_step(out: str) -> float:
+    d = json.loads(out.strip().splitlines()[-1])
+    return 1e3 * d["wall"] / d["steps"]
+
+
+def run(scenario: str, n_side: int, steps: int, warm: int, copies: int) -> list[float]:
+    """ms/step of each of ``copies`` identical runs started together."""
+    procs = [subprocess.Popen(_cmd(scenario, n_side, steps, warm), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env())
+             for _ in range(copies)]
+    res = []
+    for p in procs:
+        out, err = p.communicate(timeout=3600)
+        if p.returncode != 0:
+            raise RuntimeError(f"worker failed: {err[-800:]}")
+        res.append(_ms_per_step(out))
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", nargs="+", default=["S1w:20", "S1w:40", "S1w:50", "S2b:20",
+                                                   "S2b:40"],
+                    help="SCENARIO:n_per_side (S2b: 20 or 40)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="timed steps (default: S1w 2000 (1000 from 50 per side), S2b 300)")
+    ap.add_argument("--warm", type=int, default=2000, help="S1w untimed warm-up steps")
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks"))
+    a = ap.parse_args()
+    cases = []
+    for c in a.cases:
+        sc, n = c.split(":")
+        n = int(n)
+        steps = a.steps or (300 if sc == "S2b" else (1000 if n >= 50 else 2000))
+        cases.append({"case": c, "scenario": sc, "n_side": n, "steps": steps,
+                      "warm": a.warm if sc == "S1w" else 0, "alone": [], "paired": []})
+    for k in range(a.repeats):
+        for c in cases:
+            args = (c["scenario"], c["n_side"], c["steps"], c["warm"])
+            alone = run(*args, copies=1)[0]
+            paired = run(*args, copies=2)
+            c["alone"].append(alone)
+            c["paired"].append(paired)
+            print(f"repeat {k + 1}/{a.repeats} {c['case']}: alone {alone:.3f} ms/step, "
+                  f"two at once {paired[0]:.3f} / {paired[1]:.3f} ms/step", flush=True)
+    heads = ["case", "bodies per run", "steps", "alone ms/step", "two at once ms/step (slower)",
+             "ceiling = alone / two at once", "repeats"]
+    rows = []
+    for c in cases:
+        best_alone = min(c["alone"])
+        best_pair = min(max(p) for p in c["paired"])
+        c["ceiling"] = best_alone / best_pair
+        rows.append([c["case"], f"{c['n_side'] ** 3:,}", str(c["steps"]), f"{best_alone:.3f}",
+                     f"{best_pair:.3f}", f"{100 * c['ceiling']:.1f} %", str(a.repeats)])
+    print(text_table(heads, rows, "two independent single-rank runs at once (no MPI)"))
+    info = machine_info(str(REPO))
+    command = ("NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_contention.py "
+               + " ".join(sys.argv[1:]))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "contention.json").write_text(json.dumps({"info": info, "command": command,
+                                                      "cases": cases}, indent=1, default=str))
+    md = ["# The second core without communication: two single-rank runs at once", "",
+          "Generated by `scripts/bench_contention.py` (method in its docstring). The ceiling is "
+          "the weak-scaling efficiency (1 -> 2 ranks) that two ranks with no communication at "
+          "all would reach on this machine: best time alone / best time of the slower of two "
+          "identical runs started together. Compare with `bench_scaling.py --weak` run at the "
+          "same time ([scaling.md](scaling.md)).", "",
+          f"Command: `{command}`", "",
+          "Machine: " + ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("git_diff",)),
+          "", md_table(heads, rows), ""]
+    (out / "contention.md").write_text("\n".join(md) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.bar(range(len(cases)), [100 * c["ceiling"] for c in cases])
+        ax.axhline(90, color="grey", ls="--", lw=0.8, label="weak-scaling target 90 %")
+        ax.set_xticks(range(len(cases)), [c["case"] for c in cases])
+        ax.set_ylabel("alone / two at once (%)")
+        ax.set_title("ceiling of 1 -> 2 rank weak scaling on this machine")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "contention.png", dpi=120)
+    except ImportError:
+        print("matplotlib missing: no plot (pip install -e '.[bench]')")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
