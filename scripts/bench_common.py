@@ -278,6 +278,20 @@ def fmt_num(x, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend, or None (and a hint printed) when matplotlib
+    is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib missing: no plot (pip install -e '.[bench]')")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def text_table(headers: list[str], rows: list[list[str]], title: str | None = None) -> str:
     cols = [headers] + [[str(c) for c in r] for r in rows]
     w = [max(len(r[i]) for r in cols) for i in range(len(headers))]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_common import machine_info, md_table, text_table  # noqa: E402
+from bench_common import machine_info, md_table, pyplot, text_table  # noqa: E402
 
 DEM = REPO / "scripts" / "bench_dem.py"
 
@@ -117,12 +117,8 @@ def main() -> int:
           "Machine: " + ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("git_diff",)),
           "", md_table(heads, rows), ""]
     (out / "contention.md").write_text("\n".join(md) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+    plt = pyplot()
+    if plt is not None:
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.bar(range(len(cases)), [100 * c["ceiling"] for c in cases])
         ax.axhline(90, color="grey", ls="--", lw=0.8, label="weak-scaling target 90 %")
@@ -132,8 +128,6 @@ def main() -> int:
         ax.legend()
         fig.tight_layout()
         fig.savefig(out / "contention.png", dpi=120)
-    except ImportError:
-        print("matplotlib missing: no plot (pip install -e '.[bench]')")
     return 0
 
 

@@ -52,7 +52,7 @@ _OVERRIDE = os.environ.get("PARSIM_PEER_INPUTS")
 PEERS = Path(_OVERRIDE).resolve() if _OVERRIDE else REPO / "scripts" / "peers"
 BEDS = Path(_OVERRIDE).resolve() if _OVERRIDE else REPO / "configs" / "data"
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_common import machine_info, md_table, text_table  # noqa: E402
+from bench_common import machine_info, md_table, pyplot, text_table  # noqa: E402
 from bench_common import use_repo  # noqa: E402
 
 use_repo(REPO)  # measure this tree's parsim
@@ -305,12 +305,8 @@ def alternate(a) -> int:
           "Machine: " + ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("git_diff",)),
           "", md_table(heads, rows), ""]
     (out / "dem_pairs.md").write_text("\n".join(md) + "\n")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+    plt = pyplot()
+    if plt is not None:
         fig, ax = plt.subplots(figsize=(7, 4))
         labels = []
         for i, row in enumerate(rows):
@@ -324,8 +320,6 @@ def alternate(a) -> int:
         ax.set_title("back-to-back rounds (dots) and median (bar)")
         fig.tight_layout()
         fig.savefig(out / "dem_pairs.png", dpi=120)
-    except ImportError:
-        print("matplotlib missing: no plot (pip install -e '.[bench]')")
     return 0
 
 
