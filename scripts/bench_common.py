@@ -14,6 +14,7 @@ noise of a shared machine evenly over them.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import multiprocessing as _mp
 import os
 import platform
@@ -276,6 +277,22 @@ def fmt_num(x, digits: int = 3) -> str:
     if abs(x) >= 1e4 or abs(x) < 1e-2:
         return f"{x:.{digits - 1}e}"
     return f"{x:.{digits}g}"
+
+
+def write_report(out, stem: str, title: str, intro: str, command: str, info: dict,
+                 heads: list[str], rows: list[list[str]], data: dict) -> None:
+    """``<out>/<stem>.json`` (``info``, ``command`` and ``data``) and ``<out>/<stem>.md``:
+    title, intro, the command, the machine and one table."""
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps({"info": info, "command": command, **data},
+                                                 indent=1, default=str))
+    md = [f"# {title}", "", intro, "", f"Command: `{command}`", "",
+          "Machine: " + ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("git_diff",)),
+          "", md_table(heads, rows), ""]
+    (out / f"{stem}.md").write_text("\n".join(md) + "\n")
 
 
 def pyplot():
