@@ -90,10 +90,16 @@ def _copy_rows(src, dst, position, orientation, velocity, angular_velocity):
         q[j], q[j + 1], q[j + 2], q[j + 3] = q[i], q[i + 1], q[i + 2], q[i + 3]
 
 
+def _shifted(image: np.ndarray, axis: int, delta: int) -> np.ndarray:
+    """Image codes ``image`` with ``delta`` (-1, 0, +1) added to the periodic shift along
+    ``axis``."""
+    return (image.astype(np.int64) + int(delta) * 3**axis).astype(np.int8)
+
+
 def _shift_image(rec: np.ndarray, axis: int, delta: int) -> None:
     """Add ``delta`` (+-1) to the periodic shift of the copies along ``axis``."""
     if rec.shape[0]:
-        rec["image"] = (rec["image"].astype(np.int64) + delta * 3**axis).astype(np.int8)
+        rec["image"] = _shifted(rec["image"], axis, delta)
 
 
 class Halo:
@@ -140,6 +146,21 @@ class Halo:
             h = st.bounding_radius[cand] + reach
             send_down = cand[x - dec.block_lo[d] < h] if dec.down[d] != NONE else cand[:0]
             send_up = cand[dec.block_hi[d] - x < h] if dec.up[d] != NONE else cand[:0]
+            if dec.down[d] == net.rank and dec.up[d] == net.rank:
+                # one block along this periodic axis: the copies are this rank's own rows
+                # (the same rows, in the same order, as the records below would bring)
+                start_down = st.n
+                st.append_shadows(send_up, _shifted(st.image[send_up], d, -dec.seam_up[d]))
+                start_up = st.n
+                st.append_shadows(send_down, _shifted(st.image[send_down], d,
+                                                      dec.seam_down[d]))
+                self.plan.append((send_down.astype(np.int64), send_up.astype(np.int64),
+                                  start_down, start_up))
+                self.buffers.append((np.empty((send_down.size, STATE_WIDTH)),
+                                     np.empty((send_up.size, STATE_WIDTH)),
+                                     np.empty((send_up.size, STATE_WIDTH)),
+                                     np.empty((send_down.size, STATE_WIDTH))))
+                continue
             rec_down = records(st, send_down)
             rec_up = records(st, send_up)
             if dec.seam_down[d]:            # arrives at the top end: seen one box length higher

@@ -688,15 +688,16 @@ class Simulation:
         if n < 2 or not math.isfinite(rmax) or rmax <= 0.0:
             return
         local = (st.flags[:n] & REPLICATED) == 0
-        pos = st.position[:n]
-        if not local.any() or not np.isfinite(pos[local]).all():
+        every = bool(local.all())
+        pos = st.position[:n] if every else st.position[:n][local]   # one copy at most
+        if not local.any() or not np.isfinite(pos).all():
             return                      # nothing to sort, or the state check reports a body
         cell = 4.0 * rmax
-        lo = pos[local].min(axis=0)
-        dims = np.floor((pos[local].max(axis=0) - lo) / cell) + 1.0
+        lo = pos.min(axis=0)
+        dims = np.floor((pos.max(axis=0) - lo) / cell) + 1.0
         if float(dims[0]) * float(dims[1]) * float(dims[2]) >= 2.0**62:
             return
-        c = np.floor((pos[local] - lo) / cell).astype(np.int64)
+        c = np.floor((pos - lo) / cell).astype(np.int64)
         key = np.full(n, -1, dtype=np.int64)
         key[local] = c[:, 0] + int(dims[0]) * (c[:, 1] + int(dims[1]) * c[:, 2])
         order = np.argsort(key, kind="stable")
