@@ -146,38 +146,32 @@ class Halo:
             h = st.bounding_radius[cand] + reach
             send_down = cand[x - dec.block_lo[d] < h] if dec.down[d] != NONE else cand[:0]
             send_up = cand[dec.block_hi[d] - x < h] if dec.up[d] != NONE else cand[:0]
+            start_down = st.n
             if dec.down[d] == net.rank and dec.up[d] == net.rank:
                 # one block along this periodic axis: the copies are this rank's own rows
                 # (the same rows, in the same order, as the records below would bring)
-                start_down = st.n
                 st.append_shadows(send_up, _shifted(st.image[send_up], d, -dec.seam_up[d]))
                 start_up = st.n
                 st.append_shadows(send_down, _shifted(st.image[send_down], d,
                                                       dec.seam_down[d]))
-                self.plan.append((send_down.astype(np.int64), send_up.astype(np.int64),
-                                  start_down, start_up))
-                self.buffers.append((np.empty((send_down.size, STATE_WIDTH)),
-                                     np.empty((send_up.size, STATE_WIDTH)),
-                                     np.empty((send_up.size, STATE_WIDTH)),
-                                     np.empty((send_down.size, STATE_WIDTH))))
-                continue
-            rec_down = records(st, send_down)
-            rec_up = records(st, send_up)
-            if dec.seam_down[d]:            # arrives at the top end: seen one box length higher
-                _shift_image(rec_down, d, +1)
-            if dec.seam_up[d]:
-                _shift_image(rec_up, d, -1)
-            got_down, got_up = net.exchange(d, dec.down[d], dec.up[d], rec_down, rec_up, BODY)
-            start_down = st.n
-            st.append_shadow_records(got_down)
-            start_up = st.n
-            st.append_shadow_records(got_up)
+            else:
+                rec_down = records(st, send_down)
+                rec_up = records(st, send_up)
+                if dec.seam_down[d]:        # arrives at the top end: seen one box length higher
+                    _shift_image(rec_down, d, +1)
+                if dec.seam_up[d]:
+                    _shift_image(rec_up, d, -1)
+                got_down, got_up = net.exchange(d, dec.down[d], dec.up[d], rec_down, rec_up,
+                                                BODY)
+                st.append_shadow_records(got_down)
+                start_up = st.n
+                st.append_shadow_records(got_up)
             self.plan.append((send_down.astype(np.int64), send_up.astype(np.int64),
                               start_down, start_up))
             self.buffers.append((np.empty((send_down.size, STATE_WIDTH)),
                                  np.empty((send_up.size, STATE_WIDTH)),
-                                 np.empty((got_down.size, STATE_WIDTH)),
-                                 np.empty((got_up.size, STATE_WIDTH))))
+                                 np.empty((start_up - start_down, STATE_WIDTH)),
+                                 np.empty((st.n - start_up, STATE_WIDTH))))
         self._global_images(st)
         self.shadows_made = st.n_shadow
         self._program()
