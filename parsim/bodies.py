@@ -163,7 +163,12 @@ class BodyStorage:
             raise ValueError(f"order must hold {n} slots, got shape {order.shape}")
         for name in (*FIELDS, "key"):
             arr = getattr(self, name)
-            arr[:n] = arr[order]
+            if arr.ndim == 2:
+                tmp = np.empty((n, arr.shape[1]), dtype=arr.dtype)
+                _take_rows(arr, order, tmp)
+                arr[:n] = tmp
+            else:
+                arr[:n] = arr[order]
         _set_slots(self.map.keys, self.map.vals, self.key[:n], np.arange(n, dtype=np.int64))
 
     # ---- shadows -----------------------------------------------------------------------------
@@ -184,9 +189,13 @@ class BodyStorage:
         start = self.n
         self.reserve(start + k)
         sl = slice(start, start + k)
+        src = np.ascontiguousarray(src_slots, dtype=np.int64)
         for name in FIELDS:
             arr = getattr(self, name)
-            arr[sl] = arr[src_slots]
+            if arr.ndim == 2:
+                _take_rows(arr, src, arr[sl])      # sources are rows below ``start``
+            else:
+                arr[sl] = arr[src]
         self.image[sl] = image
         self.flags[sl] |= SHADOW
         self.key[sl] = keys_of(self.uid[sl], self.image[sl])
@@ -208,6 +217,18 @@ class BodyStorage:
         self.key[sl] = keys_of(self.uid[sl], self.image[sl])
         self.map.insert(self.key[sl], np.arange(start, start + k, dtype=np.int64))
         self.n_shadow += k
+
+
+@njit(cache=True)
+def _take_rows(a, src, out):
+    """``out[i] = a[src[i]]`` for the rows of a 2-d array: numpy's fancy indexing of (n, 3)
+    rows took 3-6x this loop (8,000 rows: 150 us against 25-55 us), and a sort or a halo build
+    moves twelve such fields."""
+    w = a.shape[1]
+    for i in range(src.shape[0]):
+        s = src[i]
+        for c in range(w):
+            out[i, c] = a[s, c]
 
 
 @njit(cache=True)

@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .bodies import FIXED, GLOBAL, REPLICATED, SHADOW
+from .bodies import FIXED, GLOBAL, NO_SHIFT, REPLICATED, SHADOW
 from .broadphase import HierarchicalHashGrid
 from .contacts import MAX_POINTS, image_shift, relative_shift
 from .shapes import PLANE, SPHERE, compute_aabbs
@@ -152,7 +152,6 @@ class NeighbourList:
     def __init__(self, skin: float, broadphase=None):
         self.skin = float(skin)
         self.bp = broadphase if broadphase is not None else HierarchicalHashGrid()
-        self.in_bp = np.empty(0, dtype=np.int64)      # sorted keys held by the broad phase
         empty_i = np.empty(0, dtype=np.int64)
         self.pa = self.pb = empty_i                    # slots of the pair's bodies
         self.key_a = self.key_b = empty_i              # their keys (the sort and history keys)
@@ -192,7 +191,7 @@ class NeighbourList:
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.in_bp, self.pa, self.pb, self.key_a, self.key_b, self.hist, self.nh,
+        arrays = (self.pa, self.pb, self.key_a, self.key_b, self.hist, self.nh,
                   self.shear, self.touching, self.pout, self.live, self.ptr, self.entry,
                   self.gap)
         return sum(a.nbytes for a in arrays) + getattr(self.bp, "nbytes", 0)
@@ -209,34 +208,32 @@ class NeighbourList:
         hi = np.empty((n, 3))
         compute_aabbs(st.shape, st.params, st.position, st.orientation, n, margin, lo, hi)
         finite = st.shape[:n] != PLANE
-        fslots = np.flatnonzero(finite)
-        keys = st.key[fslots]
         # the grid sees each copy at its (periodically shifted) place, a hair larger than the
         # canonical test below so that it never misses a pair that test would keep
         eps = 1e-9 * (1.0 + float(np.max(np.abs(st.position[:n]))) if n else 1.0)
-        blo = lo[fslots] - eps
-        bhi = hi[fslots] + eps
-        img = st.image[fslots]
-        shifted = img != 13
-        if shifted.any():
-            c = img[shifted].astype(np.int64)
+        blo = lo - eps
+        bhi = hi + eps
+        shifted = np.flatnonzero(st.image[:n] != NO_SHIFT)
+        if shifted.size:
+            c = st.image[shifted].astype(np.int64)
             sh = np.stack([(c % 3 - 1) * box[0], ((c // 3) % 3 - 1) * box[1],
                            (c // 9 - 1) * box[2]], axis=1)
             blo[shifted] += sh
             bhi[shifted] += sh
-        order = np.argsort(keys)
-        skeys = keys[order]
-        gone = np.setdiff1d(self.in_bp, skeys, assume_unique=True)
-        if gone.size:
-            self.bp.remove(gone)
-        present = np.isin(skeys, self.in_bp, assume_unique=True)
-        if present.any():
-            sel = order[present]
-            self.bp.update(keys[sel], blo[sel], bhi[sel])
-        if (~present).any():
-            sel = order[~present]
-            self.bp.add(keys[sel], blo[sel], bhi[sel])
-        self.in_bp = skeys
+        # Membership by the two hash maps (no sort): the broad phase drops the keys that no
+        # longer exist here, updates the others in its own storage order (its fast path: no
+        # lookup) and adds the new ones. The order of these calls changes no candidate.
+        held = self.bp.bodies
+        at = st.slots_of_keys(held.ids[: held.n])
+        if (at < 0).any():
+            self.bp.remove(held.ids[: held.n][at < 0])
+            at = st.slots_of_keys(held.ids[: held.n])
+        if at.size:
+            self.bp.update(held.ids[: held.n].copy(), blo[at], bhi[at])
+        fslots = np.flatnonzero(finite)
+        new = fslots[held.map.lookup(st.key[fslots]) < 0]
+        if new.size:
+            self.bp.add(st.key[new], blo[new], bhi[new])
         cand = self.bp.pairs()
         if cand.shape[0]:
             slots = st.slots_of_keys(cand.reshape(-1)).reshape(-1, 2)

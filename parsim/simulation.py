@@ -200,6 +200,11 @@ class Simulation:
         #: order of the candidate pairs: "auto", "key" or "slot" (same results, speed only;
         #: see NeighbourList.rebuild)
         self.pair_order = "auto"
+        #: steps between two spatial sorts of the owned bodies (at the first neighbour-list
+        #: rebuild that many steps after the last sort; 0: at every rebuild). Speed only, as
+        #: LAMMPS's ``atom_modify sort`` (default 1000 steps): see _sort_owned
+        self.sort_interval = 1000
+        self._sorted_at = None                       # step of the last sort
         self._has_global = False                     # any global body (same on every rank)
         self._restored = None                        # springs loaded from a checkpoint
         self._restart_exact = False                  # next setup continues a checkpoint
@@ -661,8 +666,10 @@ class Simulation:
             if err is not None:
                 raise SimulationError(err)
         rmax = self._largest_radius()
-        if not restart:
+        if not restart and (self._sorted_at is None
+                            or self.step_count - self._sorted_at >= self.sort_interval):
             self._sort_owned(rmax)
+            self._sorted_at = self.step_count
         skin = self.nl.skin
         self._check_halo(rmax, skin)
         reach = rmax + skin * (2.0 if restart else 1.0) + 1e-9 * (1.0 + float(np.abs(self.box).max()))
@@ -682,7 +689,10 @@ class Simulation:
         of their centre, so that bodies near in space are near in memory: the pair and sum
         kernels then read neighbouring rows (as LAMMPS's atom sorting). Replicated bodies
         (planes, global bodies) go to the front, in their order, and do not enter the cells.
-        Changes no result: forces are summed by partner key, not by slot."""
+        Changes no result: forces are summed by partner key, not by slot. Runs every
+        :attr:`sort_interval` steps: bodies move less than half the skin between rebuilds, so
+        the order decays slowly, and a sort costs about as much as the rest of a rebuild (2 ms
+        of 13 on the 8,000-sphere gas)."""
         st = self.st
         n = st.n_owned
         if n < 2 or not math.isfinite(rmax) or rmax <= 0.0:
