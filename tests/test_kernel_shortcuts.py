@@ -465,3 +465,20 @@ def test_kept_gravity_rows_change_no_bit():
     for k in ("uid", "position", "velocity", "orientation", "angular_velocity"):
         assert np.array_equal(states[False][k], states[True][k]), k
     assert len(kept) > 500 and max(kept) > 150   # most rows kept: the shortcut was exercised
+
+
+def test_sort_interval_changes_no_bit():
+    """Sorting the owned bodies in space at every rebuild (``sort_interval = 0``), every 1000
+    steps, or only at the first build changes where bodies are stored, not the trajectory."""
+    out, slots = {}, {}
+    for interval in (0, 1000, 10**9):
+        sim = _periodic_gas()
+        sim.sort_interval = interval
+        sim.run(4000)
+        assert sim.nl.builds >= 10
+        out[interval] = sim.state()
+        slots[interval] = sim.st.uid[: sim.st.n_owned].copy()
+    assert not np.array_equal(slots[0], slots[10**9]), "sorting moved no body"
+    for interval in (1000, 10**9):
+        for k in ("uid", "position", "velocity", "orientation", "angular_velocity"):
+            assert np.array_equal(out[0][k], out[interval][k]), (interval, k)
