@@ -597,6 +597,7 @@ class Simulation:
             self._restart_exact = False
             self._rebuild(restart=True)
         else:
+            self._sorted_at = None      # bodies added since the last sort: sort them in now
             self._rebuild()
             # as LAMMPS, setup evaluates forces without advancing the springs (a re-setup after
             # inserting bodies must not advance them twice in one step)
