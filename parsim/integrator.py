@@ -298,6 +298,178 @@ def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, orientatio
 
 
 @njit(cache=True, inline="always")
+def _bounds(lo, hi, walled):
+    """Per axis the (low, high) bounds a movable body's centre must keep: the domain's on a
+    checked (walled) axis, (-inf, inf) on the others."""
+    inf = math.inf
+    return ((lo[0] if walled[0] else -inf), (lo[1] if walled[1] else -inf),
+            (lo[2] if walled[2] else -inf), (hi[0] if walled[0] else inf),
+            (hi[1] if walled[1] else inf), (hi[2] if walled[2] else inf))
+
+
+@njit(cache=True, error_model="numpy")
+def _kick_drift(m, dt, flags, inv_mass, x, v, f, x0, lo, hi, walled):
+    """Second half kick of one step and half kick + drift of the next, with the same force,
+    of bodies 0..m-1 of flat views: the bits of :func:`_kick_and_check` then
+    :func:`_translate`, with every array read and written once. Returns (number of bodies
+    whose new centre or velocity is not finite, or whose centre left the domain on a checked
+    axis; the d2bits of :func:`_translate`). A count, not the first index: an integer sum
+    vectorises, and a non-zero count only sends the step to the exact check."""
+    h = 0.5 * dt
+    l0, l1, l2, g0, g1, g2 = _bounds(lo, hi, walled)
+    nbad = np.int64(0)
+    d2bits = np.int64(0)
+    for i in range(m):
+        free = (flags[i] & FIXED) == 0
+        im = inv_mass[i]
+        j = 3 * i
+        f0, f1, f2 = f[j], f[j + 1], f[j + 2]
+        v0, v1, v2 = v[j], v[j + 1], v[j + 2]
+        u0 = v0 + h * f0 * im
+        u1 = v1 + h * f1 * im
+        u2 = v2 + h * f2 * im
+        z0 = u0 + h * f0 * im
+        z1 = u1 + h * f1 * im
+        z2 = u2 + h * f2 * im
+        p0, p1, p2 = x[j], x[j + 1], x[j + 2]
+        r0 = p0 + dt * z0
+        r1 = p1 + dt * z1
+        r2 = p2 + dt * z2
+        z0, z1, z2 = (z0, z1, z2) if free else (v0, v1, v2)
+        r0, r1, r2 = (r0, r1, r2) if free else (p0, p1, p2)
+        v[j], v[j + 1], v[j + 2] = z0, z1, z2
+        x[j], x[j + 1], x[j + 2] = r0, r1, r2
+        s = ((r0 + r1) + r2) + ((z0 + z1) + z2)
+        out = free & ((r0 < l0) | (r0 >= g0) | (r1 < l1) | (r1 >= g1) | (r2 < l2) | (r2 >= g2))
+        nbad += np.int64((not math.isfinite(s)) | out)
+        dx, dy, dz = r0 - x0[j], r1 - x0[j + 1], r2 - x0[j + 2]
+        d2 = dx * dx + dy * dy + dz * dz
+        d2bits = max(d2bits, np.float64(d2 if free & (d2 >= 0.0) else 0.0).view(np.int64))
+    return nbad, d2bits
+
+
+@njit(cache=True, error_model="numpy")
+def _kick_turn(m, dt, flags, shape, ii, w, tq, q):
+    """The angular part of :func:`_kick_drift` for spheres: both half kicks of the angular
+    velocity and the rotation of :func:`_turn_spheres`, same bits. Returns (number of bodies
+    with a non-finite angular velocity, number of movable bodies left to the serial loop)."""
+    h = 0.5 * dt
+    nbad = np.int64(0)
+    rest = 0
+    for i in range(m):
+        free = (flags[i] & FIXED) == 0
+        sph = free & (shape[i] == SPHERE)
+        j = 3 * i
+        k = ii[j]
+        t0, t1, t2 = tq[j], tq[j + 1], tq[j + 2]
+        a0, a1, a2 = w[j], w[j + 1], w[j + 2]
+        b0 = a0 + h * t0 * k
+        b1 = a1 + h * t1 * k
+        b2 = a2 + h * t2 * k
+        b0 = b0 + h * t0 * k
+        b1 = b1 + h * t1 * k
+        b2 = b2 + h * t2 * k
+        b0, b1, b2 = (b0, b1, b2) if sph else (a0, a1, a2)
+        w[j], w[j + 1], w[j + 2] = b0, b1, b2
+        nbad += np.int64(not math.isfinite((b0 + b1) + b2))
+        e0, e1, e2 = b0 * dt, b1 * dt, b2 * dt
+        s2 = e0 * e0 + e1 * e1 + e2 * e2
+        c = 1.0 - s2 * (1.0 / 8.0 - s2 * (1.0 / 384.0 - s2 * (1.0 / 46080.0)))
+        s = 0.5 - s2 * (1.0 / 48.0 - s2 * (1.0 / 3840.0 - s2 * (1.0 / 645120.0)))
+        n4 = 4 * i
+        q0, q1, q2, q3 = q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3]
+        r = quat_mul(c, e0 * s, e1 * s, e2 * s, q0, q1, q2, q3)
+        still = (b0 == 0.0) & (b1 == 0.0) & (b2 == 0.0)
+        t = (q0, q1, q2, q3) if still else r
+        g = 1.0 / math.sqrt(t[0] * t[0] + t[1] * t[1] + t[2] * t[2] + t[3] * t[3])
+        done = sph & (s2 < 1e-4)
+        q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3] = ((t[0] * g, t[1] * g, t[2] * g, t[3] * g)
+                                                  if done else (q0, q1, q2, q3))
+        rest += np.int64(free & ~done)
+    return nbad, rest
+
+
+def _both_halves(n, dt, flags, shape, inv_mass, inv_inertia, position, orientation, velocity,
+                 angular_velocity, force, torque, ref_position, lo, hi, walled):
+    """:func:`second_half` of a step then :func:`first_half` of the next, in one pass over the
+    arrays (the force does not change between them), for bodies 0..n-1 of which no movable
+    one is a non-sphere (the caller's condition). The same bits as the two calls; one pass
+    moves 40 % fewer bytes (1.3-1.5x faster kernels at 8,000 and 64,000 spheres).
+
+    Returns (moved, bad, odd): ``moved`` as :func:`first_half` returns it; ``bad`` the number
+    of bodies whose new state fails the cheap form of :func:`check_state` (non-finite
+    centre, velocity or angular velocity, or a movable centre outside ``[lo, hi)`` on a
+    ``walled`` axis); ``odd`` the number of movable non-spheres met (must be 0). The check of
+    the step the second kick ends is not done here: the caller knows before the call that it
+    passes (see ``Simulation._advance``)."""
+    x, v, f = position.reshape(-1), velocity.reshape(-1), force.reshape(-1)
+    w, tq, q = angular_velocity.reshape(-1), torque.reshape(-1), orientation.reshape(-1)
+    ii, x0 = inv_inertia.reshape(-1), ref_position.reshape(-1)
+    d2bits = np.int64(0)
+    bad = 0
+    rest = 0
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        a = c * CHUNK
+        b = min(a + CHUNK, n)
+        nb, d = _kick_drift(b - a, dt, flags[a:b], inv_mass[a:b], x[3 * a:3 * b],
+                            v[3 * a:3 * b], f[3 * a:3 * b], x0[3 * a:3 * b], lo, hi, walled)
+        nt, r = _kick_turn(b - a, dt, flags[a:b], shape[a:b], ii[3 * a:3 * b],
+                           w[3 * a:3 * b], tq[3 * a:3 * b], q[4 * a:4 * b])
+        d2bits = max(d2bits, d)
+        bad += nb + nt
+        rest += r
+    moved = math.sqrt(np.int64(d2bits).view(np.float64))
+    odd = 0
+    if rest > 0:
+        for i in range(n):
+            if flags[i] & FIXED:
+                continue
+            if shape[i] != SPHERE:
+                odd += 1
+                continue
+            # turning by more than 1e-2 rad (_kick_turn kept q): the trigonometric branch
+            wi = row3(angular_velocity, i)
+            e0, e1, e2 = wi[0] * dt, wi[1] * dt, wi[2] * dt
+            if e0 * e0 + e1 * e1 + e2 * e2 >= 1e-4:
+                qn = _rotate(row4(orientation, i), wi[0], wi[1], wi[2], dt)
+                orientation[i, 0], orientation[i, 1], orientation[i, 2], orientation[i, 3] = qn
+    return moved, bad, odd
+
+
+@njit(cache=True, error_model="numpy")
+def _count_unchecked(m, flags, x, v, w, lo, hi, walled):
+    """The cheap check of :func:`_both_halves` for bodies 0..m-1 of flat views, alone."""
+    l0, l1, l2, g0, g1, g2 = _bounds(lo, hi, walled)
+    nbad = np.int64(0)
+    for i in range(m):
+        free = (flags[i] & FIXED) == 0
+        j = 3 * i
+        r0, r1, r2 = x[j], x[j + 1], x[j + 2]
+        s = (((r0 + r1) + r2) + ((v[j] + v[j + 1]) + v[j + 2])) + ((w[j] + w[j + 1]) + w[j + 2])
+        out = free & ((r0 < l0) | (r0 >= g0) | (r1 < l1) | (r1 >= g1) | (r2 < l2) | (r2 >= g2))
+        nbad += np.int64((not math.isfinite(s)) | out)
+    return nbad
+
+
+def count_unchecked(n, flags, position, velocity, angular_velocity, lo, hi, walled):
+    """Number of bodies among 0..n-1 that fail the cheap check of :func:`_both_halves`."""
+    return _count_unchecked(n, flags, position.reshape(-1), velocity.reshape(-1),
+                            angular_velocity.reshape(-1), lo, hi, walled)
+
+
+@njit(cache=True, error_model="numpy")
+def count_nonfinite_loads(n, force, torque):
+    """Number of non-finite values among the force and torque components of bodies 0..n-1
+    (a sum of the two: an overflow to infinity counts too, which is harmless: a non-zero
+    count only sends the step to the exact check)."""
+    f, t = force.reshape(-1), torque.reshape(-1)
+    k = np.int64(0)
+    for j in range(3 * n):
+        k += np.int64(not math.isfinite(f[j] + t[j]))
+    return k
+
+
+@njit(cache=True, inline="always")
 def _state_code(i, fixed, p, v, w, lo, hi, walled):
     """2 i if body i has a non-finite state, 2 i + 1 if its centre is outside the domain on a
     walled axis (movable bodies only), else -1. Takes tuples, not arrays: an array argument of
@@ -363,3 +535,4 @@ def kinetic_energy(n, flags, mass, inertia, orientation, velocity, angular_veloc
 
 first_half = dual(_first_half, error_model="numpy")
 second_half = dual(_second_half, error_model="numpy")
+both_halves = dual(_both_halves, error_model="numpy")

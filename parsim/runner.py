@@ -9,8 +9,9 @@ current state is written as a snapshot with status "failed" before the error is 
 
 ``parsim restart CHECKPOINT`` continues a run from a checkpoint (:mod:`parsim.checkpoint`);
 checkpoints are written every ``[output] checkpoint_every`` steps (or ``--checkpoint-every``),
-the newest ``keep_checkpoints`` kept. SIGTERM or SIGUSR1 make all ranks finish the step, write a
-snapshot and a checkpoint and stop; ``DIR/status`` then says ``interrupted <step>`` (``done``
+the newest ``keep_checkpoints`` kept. SIGTERM or SIGUSR1 make all ranks stop within
+:data:`SIGNAL_POLL` steps (at the next step where they check), write a snapshot and a checkpoint
+and stop; ``DIR/status`` then says ``interrupted <step>`` (``done``
 after a complete run, ``failed <step>`` after an error).
 """
 
@@ -66,7 +67,8 @@ def _prepare_ranks(net) -> None:
 
 class _Signals:
     """SIGTERM / SIGUSR1 (SLURM's warning before the wall time with ``--signal``) set a flag;
-    the ranks agree on it after every step (one reduction) and stop cleanly together."""
+    the ranks agree on it every :data:`SIGNAL_POLL` steps and at every snapshot, checkpoint
+    and progress line (one reduction) and stop cleanly together."""
 
     def __init__(self):
         import signal
@@ -146,6 +148,24 @@ def _checkpoint(sim, cfg, out: Path, keep: int):
     return path
 
 
+#: steps between two checks for a caught signal (one reduction over the ranks each time): a
+#: stop request is served within this many steps
+SIGNAL_POLL = 50
+
+
+def _stretch(step: int, target: int, cfg, checkpoint_every: int) -> int:
+    """Steps from ``step`` to the next step where the driver has something to do (snapshot,
+    checkpoint, progress line, rain, signal check, end). ``Simulation.run`` steps through a
+    stretch without stopping, which lets it join a step's second half to the next one's first
+    half (:meth:`parsim.Simulation._advance`)."""
+    ends = [target, step + SIGNAL_POLL]
+    for every in (cfg.output_every, cfg.progress_every, checkpoint_every,
+                  *(r.every for r in cfg.rains if r.remaining)):
+        if every:
+            ends.append((step // every + 1) * every)
+    return min(ends) - step
+
+
 def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: int) -> int:
     """Step ``cfg.sim`` to step ``target`` with snapshots, checkpoints, progress and signals."""
     sim = cfg.sim
@@ -161,7 +181,7 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
             for rain in cfg.rains:
                 if rain.remaining and sim.step_count % rain.every == 0 and sim.step_count:
                     pour(sim, rain)
-            sim.step()
+            sim.run(_stretch(sim.step_count, target, cfg, checkpoint_every))
             s = sim.step_count
             stop = net.max(signals.caught)
             if s % cfg.output_every == 0 or s == target or stop:

@@ -205,6 +205,7 @@ class Simulation:
         #: LAMMPS's ``atom_modify sort`` (default 1000 steps): see _sort_owned
         self.sort_interval = 1000
         self._sorted_at = None                       # step of the last sort
+        self._all_spheres = None                     # see _fusable
         self._has_global = False                     # any global body (same on every rank)
         self._restored = None                        # springs loaded from a checkpoint
         self._restart_exact = False                  # next setup continues a checkpoint
@@ -650,6 +651,7 @@ class Simulation:
         happens at the regular rebuilds), reference poses kept, candidates enlarged by the full
         skin (bodies moved up to half of it since the reference poses)."""
         self._clear_shadows()
+        self._all_spheres = None
         st = self.st
         if self.outflow == "delete" and self.walled.any() and not restart:
             out = np.zeros(st.n_owned, dtype=np.bool_)
@@ -773,43 +775,109 @@ class Simulation:
 
     def step(self) -> None:
         """Advance one time step."""
+        self._advance(1)
+
+    def _fusable(self) -> bool:
+        """Whether no owned movable body is a non-sphere (then :func:`parsim.integrator.
+        both_halves` may join a step's second half to the next step's first half). Cached
+        until the owned bodies change (rebuild, setup)."""
+        if self._all_spheres is None:
+            st = self.st
+            no = st.n_owned
+            self._all_spheres = not bool(np.any(((st.flags[:no] & FIXED) == 0)
+                                                & (st.shape[:no] != SPHERE)))
+        return self._all_spheres
+
+    def _advance(self, n: int) -> None:
+        """Advance ``n`` time steps (velocity Verlet: half kick and drift, forces, half kick).
+
+        Between two steps of the same call nothing looks at the state, so when every owned
+        movable body is a sphere the second half of a step and the first half of the next run
+        as one pass over the arrays (:func:`parsim.integrator.both_halves`, same bits). The
+        step's end-of-step check must still come before that pass (an error stops the run with
+        the state at the end of the failing step), and it does, without reading the state
+        again: the pass checks the centres and velocities it writes (cheaply: a count), the
+        forces are checked by a pass over force and torque only, and a step whose inputs all
+        pass cannot fail the check (a kick from finite values that overflows to infinity is
+        found one step later, at the drift). A step with anything suspect, the first step of a
+        call, the last one and the step of a rebuild take the separate halves and the exact
+        check. The collectives are the same either way: the check, then the displacement."""
+        if n <= 0:
+            return
         if not self._ready:
             self._setup()
         st, nl = self.st, self.nl
-        t0 = time.perf_counter()
-        moved = pick(I.first_half, st.n_owned)(st.n_owned, self.dt, st.flags, st.shape, st.inv_mass, st.inertia,
-                             st.inv_inertia, st.bounding_radius, st.position, st.orientation,
-                             st.velocity, st.angular_velocity, st.force, st.torque,
-                             st.ref_position, st.ref_orientation)
-        t1 = time.perf_counter()
-        moved = self.net.max(moved if math.isfinite(moved) else math.inf)
-        if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
-            tc = time.perf_counter()
-            self._check(self.step_count + 1)
-            self._rebuild()
-            moved = 0.0           # the rebuild took the current poses as reference
-        else:
-            self._refresh_shadows()
-            tc = time.perf_counter()
-        t2 = time.perf_counter()
-        self._forces(moved=moved)
-        t3 = time.perf_counter()
-        # the second kick also checks the new state (one pass instead of two)
-        found = pick(I.second_half, st.n_owned)(
+        tm = self.timers
+        walls = self._checked_walls()
+        moved = None        # of this step's first half when the joint pass did it
+        checked = False     # this step's drifted state passed the cheap check
+        for k in range(n):
+            no = st.n_owned
+            t0 = time.perf_counter()
+            if moved is None:
+                moved = pick(I.first_half, no)(
+                    no, self.dt, st.flags, st.shape, st.inv_mass, st.inertia, st.inv_inertia,
+                    st.bounding_radius, st.position, st.orientation, st.velocity,
+                    st.angular_velocity, st.force, st.torque, st.ref_position,
+                    st.ref_orientation)
+                checked = k + 1 < n and I.count_unchecked(
+                    no, st.flags, st.position, st.velocity, st.angular_velocity, self.lo,
+                    self.hi, walls) == 0
+            t1 = time.perf_counter()
+            moved = self.net.max(moved if math.isfinite(moved) else math.inf)
+            if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
+                tc = time.perf_counter()
+                self._check(self.step_count + 1)
+                self._rebuild()
+                moved = 0.0           # the rebuild took the current poses as reference
+                checked = False       # bodies may have arrived, been wrapped or deleted
+            else:
+                self._refresh_shadows()
+                tc = time.perf_counter()
+            t2 = time.perf_counter()
+            self._forces(moved=moved)
+            t3 = time.perf_counter()
+            no = st.n_owned
+            join = (checked and k + 1 < n and self._fusable()
+                    and I.count_nonfinite_loads(no, st.force, st.torque) == 0)
+            if join:
+                found = (-1, 0)       # finite inputs inside the domain: the check passes
+            else:
+                # the second kick also checks the new state (one pass instead of two)
+                found = self._second_half()
+            self.step_count += 1
+            self.time += self.dt
+            t4 = time.perf_counter()
+            try:
+                self._check(self.step_count, found)
+            except SimulationError:
+                if join:              # another rank failed: end this step here too
+                    self._second_half()
+                raise
+            t5 = time.perf_counter()
+            if join:
+                moved, bad, odd = pick(I.both_halves, no)(
+                    no, self.dt, st.flags, st.shape, st.inv_mass, st.inv_inertia,
+                    st.position, st.orientation, st.velocity, st.angular_velocity, st.force,
+                    st.torque, st.ref_position, self.lo, self.hi, walls)
+                if odd:
+                    raise RuntimeError("parsim: both_halves met a movable non-sphere")
+                checked = bad == 0
+            else:
+                moved = None
+            t6 = time.perf_counter()
+            tm["integration"] += (t1 - t0) + (t4 - t3) + (t6 - t5)
+            tm["neighbours"] += t2 - tc
+            tm["communication"] += tc - t1
+            tm["contacts"] += t3 - t2
+            tm["checks"] += t5 - t4
+
+    def _second_half(self):
+        st = self.st
+        return pick(I.second_half, st.n_owned)(
             st.n_owned, self.dt, st.flags, st.shape, st.inv_mass, st.inertia, st.inv_inertia,
             st.orientation, st.velocity, st.angular_velocity, st.force, st.torque, st.position,
             self.lo, self.hi, self._checked_walls())
-        self.step_count += 1
-        self.time += self.dt
-        t4 = time.perf_counter()
-        self._check(self.step_count, found)
-        t5 = time.perf_counter()
-        tm = self.timers
-        tm["integration"] += (t1 - t0) + (t4 - t3)
-        tm["neighbours"] += t2 - tc
-        tm["communication"] += tc - t1
-        tm["contacts"] += t3 - t2
-        tm["checks"] += t5 - t4
 
     def _check(self, step: int, found=None) -> None:
         """Collective: raise the same SimulationError on every rank if any rank has a body with a
@@ -868,9 +936,14 @@ class Simulation:
         steps = int(steps)
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
-        for k in range(steps):
-            self.step()
-            if callback is not None and every and self.step_count % every == 0:
+        if callback is None or not every:
+            self._advance(steps)
+            return
+        end = self.step_count + steps
+        while self.step_count < end:
+            # to the next multiple of ``every`` (as one step at a time would call it)
+            self._advance(min(end, (self.step_count // every + 1) * every) - self.step_count)
+            if self.step_count % every == 0:
                 callback(self)
 
 

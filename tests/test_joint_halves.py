@@ -1,0 +1,270 @@
+"""The joint pass (a step's second half kick + the next step's first half in one pass over the
+arrays, ``integrator.both_halves``) changes no bit and no error report.
+
+``Simulation.run(n)`` takes it between the steps of one call when every owned movable body is a
+sphere; ``step()`` never does (each call ends with the separate second half). So ``run(n)`` and
+``n`` calls of ``step()`` must give the same bits, and a failure (a non-finite force, a body
+leaving the domain) must stop both at the same step with the same state, on one rank and on
+several (where one rank fails while the others were about to take the joint pass).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parsim
+from parsim import integrator as I
+from parsim.bodies import FIXED
+from parsim.shapes import BOX, SPHERE
+
+FIRST = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "bounding_radius", "position",
+         "orientation", "velocity", "angular_velocity", "force", "torque", "ref_position",
+         "ref_orientation")
+SECOND = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "orientation", "velocity",
+          "angular_velocity", "force", "torque", "position")
+JOINT = ("flags", "shape", "inv_mass", "inv_inertia", "position", "orientation", "velocity",
+         "angular_velocity", "force", "torque", "ref_position")
+LO, HI, WALLED = np.full(3, -10.0), np.full(3, 10.0), np.array([True, False, True])
+
+
+def _spheres(n, seed):
+    """Movable spheres turning slowly, not at all and fast (|w| dt > 1e-2 at dt = 1e-3), fixed
+    spheres and fixed boxes, in a mixed order."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(n, 4))
+    q /= np.linalg.norm(q, axis=1)[:, None]
+    s = dict(flags=np.zeros(n, np.uint8), shape=np.full(n, SPHERE, np.int8),
+             inv_mass=rng.uniform(0.5, 2.0, n), inertia=np.full((n, 3), 0.1),
+             inv_inertia=np.full((n, 3), 10.0), bounding_radius=rng.uniform(0.1, 1.0, n),
+             position=rng.uniform(-5, 5, (n, 3)), orientation=q,
+             velocity=rng.uniform(-1, 1, (n, 3)), angular_velocity=rng.uniform(-5, 5, (n, 3)),
+             force=rng.uniform(-1, 1, (n, 3)), torque=rng.uniform(-1, 1, (n, 3)))
+    s["ref_position"] = s["position"] + rng.normal(scale=0.01, size=(n, 3))
+    s["ref_orientation"] = s["orientation"].copy()
+    kind = rng.integers(0, 5, n)
+    s["angular_velocity"][kind == 1] = 0.0
+    s["torque"][kind == 1] = 0.0
+    s["angular_velocity"][kind == 2] *= 400.0
+    s["flags"][kind == 3] = FIXED
+    s["flags"][kind == 4] = FIXED
+    s["shape"][kind == 4] = BOX
+    return s
+
+
+def _bits_equal(a, b):
+    for k in a:
+        x, y = np.asarray(a[k]), np.asarray(b[k])
+        if x.dtype == np.float64:
+            x, y = x.view(np.uint64), y.view(np.uint64)
+        assert np.array_equal(x, y), k
+
+
+@pytest.mark.parametrize("dt", [1e-4, 1e-3])
+@pytest.mark.parametrize("build", [0, 1], ids=["serial", "threaded"])
+def test_joint_pass_gives_the_bits_of_the_two_halves(dt, build):
+    n = 5000
+    s = _spheres(n, seed=3)
+    ref = {k: v.copy() for k, v in s.items()}
+    assert tuple(int(x) for x in I.second_half[0](n, dt, *[ref[k] for k in SECOND], LO, HI,
+                                                  WALLED)) == (-1, 0)
+    moved = I.first_half[0](n, dt, *[ref[k] for k in FIRST])
+    got = {k: v.copy() for k, v in s.items()}
+    m, bad, odd = I.both_halves[build](n, dt, *[got[k] for k in JOINT], LO, HI, WALLED)
+    assert (m, bad, odd) == (moved, 0, 0)
+    _bits_equal(got, ref)
+    if dt == 1e-3:       # the fast spheres took the serial trigonometric branch
+        fast = (np.linalg.norm(ref["angular_velocity"], axis=1) * dt > 1e-2)
+        assert np.count_nonzero(fast & (s["flags"] == 0)) > 0
+
+
+def test_joint_pass_counts_what_the_exact_check_would_report():
+    n = 300
+    s = _spheres(n, seed=4)
+    s["angular_velocity"][:] = 0.0
+    s["flags"][[20, 30, 40]] = 0               # movable spheres
+    s["shape"][[20, 30, 40]] = SPHERE
+    s["velocity"][7] = [np.nan, 0, 0]          # non-finite velocity
+    s["torque"][20] = [0, np.inf, 0]           # non-finite angular velocity after the kicks
+    s["position"][30] = [0, 0, 9.9999999]      # drifts out through z = 10 (walled)
+    s["velocity"][30] = [0, 0, 5.0]
+    s["position"][40] = [0, 9.9999999, 0]      # drifts past y = 10: not walled, not counted
+    s["velocity"][40] = [0, 5.0, 0]
+    got = {k: v.copy() for k, v in s.items()}
+    _, bad, _ = I.both_halves[0](n, 1e-4, *[got[k] for k in JOINT], LO, HI, WALLED)
+    assert bad == 3
+    assert I.count_unchecked(n, got["flags"], got["position"], got["velocity"],
+                             got["angular_velocity"], LO, HI, WALLED) == 3
+    assert I.count_nonfinite_loads(n, s["force"], s["torque"]) == 1
+    s["force"][50] = [1e308, 0, 0]             # finite parts whose sum overflows: counted
+    s["torque"][50] = [1e308, 0, 0]
+    assert I.count_nonfinite_loads(n, s["force"], s["torque"]) == 2
+
+
+def test_joint_pass_reports_a_movable_non_sphere():
+    s = _spheres(100, seed=5)
+    s["flags"][10] = 0
+    s["shape"][10] = BOX
+    s["angular_velocity"][10] = 1.0            # not a slow sphere: left to the serial loop
+    _, _, odd = I.both_halves[0](100, 1e-4, *[s[k] for k in JOINT], LO, HI, WALLED)
+    assert odd == 1
+
+
+def _pile(comm=None, blocks=None, periodic=False, box=False, planes=True, seed=1):
+    """Colliding spheres (and optionally one small capsule in a gap) in [0, 3]^3 with gravity
+    and walls (planes unless ``planes=False``), or periodic without gravity."""
+    per = (periodic,) * 3
+    sim = parsim.Simulation(dt=1e-4, gravity=(0, 0, 0) if periodic else (0, 0, -9.81),
+                            domain=((0, 0, 0), (3, 3, 3)), periodic=per, skin=0.04,
+                            comm=comm, blocks=blocks)
+    sim.add_material("g", density=1000.0, restitution=0.6, collision_time=2e-3, friction=0.4)
+    rng = np.random.default_rng(seed)
+    g = (np.arange(6) + 0.5) * 0.5
+    c = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    c += rng.uniform(-0.03, 0.03, c.shape)
+    sim.add_spheres(c, rng.uniform(0.18, 0.24, c.shape[0]), "g",
+                    velocities=rng.normal(0, 3.0, c.shape),
+                    angular_velocities=rng.normal(0, 20.0, c.shape))
+    if box:
+        sim.add_capsule((0.5, 0.5, 0.5), 0.05, 0.05, material="g", velocity=(3.0, 2.0, 1.0))
+    if planes and not periodic:
+        for d in range(3):
+            nrm = np.zeros(3)
+            nrm[d] = 1.0
+            sim.add_plane(np.zeros(3), nrm, "g")
+            sim.add_plane(np.full(3, 3.0), -nrm, "g")
+    return sim
+
+
+def _count_joint(monkeypatch):
+    calls = []
+    serial, threaded = I.both_halves
+
+    def counted(build):
+        def f(*a):
+            calls.append(1)
+            return build(*a)
+        return f
+    monkeypatch.setattr(I, "both_halves", (counted(serial), counted(threaded)))
+    return calls
+
+
+@pytest.mark.parametrize("periodic", [False, True], ids=["walled", "periodic"])
+def test_run_equals_one_step_at_a_time(monkeypatch, periodic):
+    calls = _count_joint(monkeypatch)
+    a, b = _pile(periodic=periodic), _pile(periodic=periodic)
+    a.run(600)
+    assert len(calls) > 550                    # the joint pass did the work ...
+    n = len(calls)
+    for _ in range(600):
+        b.step()
+    assert len(calls) == n                     # ... and step() never takes it
+    _bits_equal(a.state(), b.state())
+    assert a.step_count == b.step_count == 600
+
+
+def test_a_non_sphere_keeps_the_separate_halves(monkeypatch):
+    calls = _count_joint(monkeypatch)
+    a, b = _pile(box=True), _pile(box=True)
+    a.run(300)
+    for _ in range(300):
+        b.step()
+    assert calls == []
+    _bits_equal(a.state(), b.state())
+
+
+def _poison(sim, uid, step):
+    """Make the force on body ``uid`` non-finite in step ``step`` (on the rank owning it)."""
+    forces = sim._forces
+
+    def poisoned(*args, **kw):
+        forces(*args, **kw)
+        if sim.step_count + 1 == step:
+            st = sim.st
+            st.force[np.flatnonzero(st.uid[: st.n_owned] == uid), 0] = np.nan
+    sim._forces = poisoned
+
+
+def _fail(sim, steps, one_at_a_time):
+    with pytest.raises(parsim.SimulationError) as e:
+        if one_at_a_time:
+            for _ in range(steps):
+                sim.step()
+        else:
+            sim.run(steps)
+    return str(e.value)
+
+
+def test_a_non_finite_force_stops_run_where_step_stops():
+    out = []
+    for one in (False, True):
+        sim = _pile()
+        _poison(sim, uid=77, step=137)
+        msg = _fail(sim, 400, one)
+        out.append((msg, sim.step_count, sim.state()))
+    assert out[0][0] == out[1][0] and "body uid 77 at step 137: non-finite" in out[0][0]
+    assert out[0][1] == out[1][1] == 137
+    _bits_equal(out[0][2], out[1][2])
+
+
+def test_leaving_the_domain_stops_run_where_step_stops():
+    out = []
+    for one in (False, True):
+        sim = _pile(planes=False)          # no floor: the spheres fall out through z = 0
+        msg = _fail(sim, 400, one)
+        out.append((msg, sim.step_count, sim.state()))
+    assert out[0][0] == out[1][0] and "left the domain" in out[0][0]
+    assert out[0][1] == out[1][1] > 1
+    _bits_equal(out[0][2], out[1][2])
+
+
+def _verdict(comm, ok: bool, what: str):
+    """Every rank asserts the same: rank 0's verdict."""
+    msg = comm.bcast(None if ok else what, root=0)
+    assert msg is None, msg
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("periodic", [False, True], ids=["walled", "periodic"])
+@pytest.mark.parametrize("box", [False, True], ids=["spheres", "one_capsule"])
+def test_ranks_joint_pass_bitwise(comm, periodic, box):
+    """Spheres on 2..size ranks (with one capsule: the rank owning it, which changes, keeps the
+    separate halves while the others join them) give the serial run's bits."""
+    steps = 500
+    ref = None
+    if comm.rank == 0:
+        s = _pile(comm=None, periodic=periodic, box=box)
+        s.run(steps)
+        ref = s.state()
+    sim = _pile(comm=comm, periodic=periodic, box=box)
+    sim.run(steps)
+    got = sim.state(gather=True)
+    ok = True
+    if comm.rank == 0:
+        ok = all(np.array_equal(np.asarray(got[k]).view(np.uint8),
+                                np.asarray(ref[k]).view(np.uint8)) for k in ref)
+    _verdict(comm, ok, f"{comm.size} ranks differ from the serial run")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ranks_stop_together_with_the_serial_state(comm):
+    """The force on one body becomes NaN in step 137 on the rank that owns it; the others
+    were about to take the joint pass. All ranks raise the serial run's message, and the
+    gathered state is the serial run's state at the end of step 137, bit for bit."""
+    ref = None
+    if comm.rank == 0:
+        s = _pile(comm=None)
+        _poison(s, uid=77, step=137)
+        ref = (_fail(s, 400, False), s.state())
+    sim = _pile(comm=comm)
+    _poison(sim, uid=77, step=137)
+    msg = _fail(sim, 400, False)
+    got = sim.state(gather=True)
+    ok = True
+    if comm.rank == 0:
+        ok = msg == ref[0] and all(
+            np.array_equal(np.asarray(got[k]).view(np.uint8), np.asarray(ref[1][k]).view(np.uint8))
+            for k in ref[1])
+    msgs = comm.allgather(msg)
+    _verdict(comm, ok and len(set(msgs)) == 1 and sim.step_count == 137,
+             f"messages {set(msgs)}, step {sim.step_count}")
