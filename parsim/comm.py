@@ -160,6 +160,25 @@ class Net:
                              [out.view(np.uint8), counts, displs, self.MPI.BYTE])
         return out
 
+    def alltoall_records(self, a: np.ndarray, counts, dtype) -> np.ndarray:
+        """Personalised exchange of records of ``dtype`` (sent as bytes): ``a`` holds
+        ``counts[r]`` records for each rank r, in rank order; returns the records the ranks
+        sent to this one, in the senders' rank order."""
+        a = np.ascontiguousarray(a, dtype=dtype)
+        if self.size == 1:
+            return a.copy()
+        send = np.asarray(counts, dtype=np.int64) * dtype.itemsize
+        recv = np.empty(self.size, dtype=np.int64)
+        self.comm.Alltoall(send, recv)
+        out = np.empty(int(recv.sum()) // dtype.itemsize, dtype=dtype)
+        sd = np.zeros(self.size, dtype=np.int64)
+        rd = np.zeros(self.size, dtype=np.int64)
+        np.cumsum(send[:-1], out=sd[1:])
+        np.cumsum(recv[:-1], out=rd[1:])
+        self.comm.Alltoallv([a.view(np.uint8), send, sd, self.MPI.BYTE],
+                            [out.view(np.uint8), recv, rd, self.MPI.BYTE])
+        return out
+
     def barrier(self) -> None:
         if self.size > 1:
             self.comm.Barrier()

@@ -30,6 +30,7 @@ import numpy as np
 from numba import njit
 
 from . import randoms
+from .shapes import SPHERE
 from .simulation import Simulation
 
 
@@ -445,7 +446,10 @@ def _generate(sim: Simulation, spec: dict, t: _Table) -> None:
     rng = spec["rng"]
     kind = spec["kind"]
     if kind == "file":
-        pos, rad, vel, ang = _read_bodies(spec["path"], t)
+        if sim.net.size > 1 and spec["path"].suffix != ".npz":
+            _file_local(sim, spec, t)
+            return
+        pos, rad, vel, ang, _ = _read_bodies(spec["path"], t)
         _add(t, "path", lambda: sim.add_spheres(pos, rad, spec["material"],
                                                 velocities=vel + spec["velocity"],
                                                 angular_velocities=ang))
@@ -661,34 +665,120 @@ def _cell(x, lo, cell_of, dims):
     return (c[0] * dims[1] + c[1]) * dims[2] + c[2]
 
 
-def _read_bodies(path: Path, t: _Table):
-    """Spheres from an ``.npz`` or HDF5 file (position, radius or diameter, optional velocity
-    and angular_velocity)."""
+def _read_bodies(path: Path, t: _Table, part=None):
+    """Spheres from an ``.npz`` or HDF5 file: datasets ``position`` (n, 3), ``radius`` or
+    ``diameter`` (one value or n), optional ``velocity`` and ``angular_velocity`` (n, 3).
+    Returns (position, radius, velocity, angular_velocity, first row). ``part = (k, parts)``:
+    only rows ``k n // parts`` to ``(k + 1) n // parts``; an HDF5 file is read as that slice
+    (an ``.npz`` archive cannot be: it is read whole and sliced)."""
     if not path.exists():
         raise t.err("path", f"file {str(path)!r} does not exist")
     try:
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as f:
-                data = {k: f[k] for k in f.files}
-        else:
-            import h5py
-            with h5py.File(path, "r") as f:
-                data = {k: f[k][()] for k in f.keys() if isinstance(f[k], h5py.Dataset)}
+                return _file_rows({k: f[k] for k in f.files}, path, t, part)
+        import h5py
+        with h5py.File(path, "r") as f:
+            return _file_rows({k: f[k] for k in f.keys() if isinstance(f[k], h5py.Dataset)},
+                              path, t, part)
+    except ConfigError:
+        raise
     except Exception as e:  # noqa: BLE001 - any reader failure becomes a config error
         raise t.err("path", f"cannot read {str(path)!r} as .npz or HDF5: {e}") from None
+
+
+def _file_rows(data: dict, path: Path, t: _Table, part):
+    """:func:`_read_bodies` on opened datasets (numpy arrays or h5py datasets: both slice)."""
+    name = str(path)
     if "position" not in data:
-        raise t.err("path", f"{str(path)!r} has no 'position' dataset (found {sorted(data)})")
-    pos = np.asarray(data["position"], float)
-    if pos.ndim != 2 or pos.shape[1] != 3:
-        raise t.err("path", f"{str(path)!r}: 'position' must have shape (n, 3), got {pos.shape}")
-    n = pos.shape[0]
-    if "radius" in data:
-        rad = np.asarray(data["radius"], float)
-    elif "diameter" in data:
-        rad = 0.5 * np.asarray(data["diameter"], float)
-    else:
-        raise t.err("path", f"{str(path)!r} has neither 'radius' nor 'diameter'")
-    rad = np.broadcast_to(rad, (n,)).copy()
-    vel = np.asarray(data.get("velocity", np.zeros((n, 3))), float)
-    ang = np.asarray(data.get("angular_velocity", np.zeros((n, 3))), float)
-    return pos, rad, vel, ang
+        raise t.err("path", f"{name!r} has no 'position' dataset (found {sorted(data)})")
+    P = data["position"]
+    if len(P.shape) != 2 or P.shape[1] != 3:
+        raise t.err("path", f"{name!r}: 'position' must have shape (n, 3), got {P.shape}")
+    n = P.shape[0]
+    key = "radius" if "radius" in data else ("diameter" if "diameter" in data else None)
+    if key is None:
+        raise t.err("path", f"{name!r} has neither 'radius' nor 'diameter'")
+    R = data[key]
+    if R.shape not in ((), (1,), (n,)):
+        raise t.err("path", f"{name!r}: '{key}' must be one number or one per position "
+                            f"({n}), got shape {R.shape}")
+    for opt in ("velocity", "angular_velocity"):
+        if opt in data and data[opt].shape != (n, 3):
+            raise t.err("path", f"{name!r}: '{opt}' must have shape ({n}, 3) like 'position', "
+                                f"got {data[opt].shape}")
+    a, b = (0, n) if part is None else (part[0] * n // part[1], (part[0] + 1) * n // part[1])
+    pos = np.asarray(P[a:b], float)
+    rad = np.asarray(R[()] if R.shape != (n,) else R[a:b], float)
+    if key == "diameter":
+        rad = 0.5 * rad
+    rad = np.broadcast_to(rad.reshape(-1) if rad.ndim else rad, (b - a,)).copy()
+    vel = np.asarray(data["velocity"][a:b], float) if "velocity" in data else np.zeros((b - a, 3))
+    ang = (np.asarray(data["angular_velocity"][a:b], float) if "angular_velocity" in data
+           else np.zeros((b - a, 3)))
+    return pos, rad, vel, ang, a
+
+
+#: one sphere of a file on its way from the rank that read it to the rank that owns it
+FILE_ROW = np.dtype([("uid", "<i8"), ("position", "<f8", (3,)), ("radius", "<f8"),
+                     ("velocity", "<f8", (3,)), ("angular_velocity", "<f8", (3,))])
+
+
+def _file_local(sim: Simulation, spec: dict, t: _Table) -> None:
+    """The file generator on several ranks, without any rank holding every body: rank k reads
+    the k-th of P equal slices of the rows (an HDF5 hyperslab), checks them (errors name the
+    file row, and every rank raises the first one), and sends each sphere to the rank whose
+    block holds its centre (one all-to-all); spheres larger than the blocks allow (global
+    bodies) go to every rank. Uids are ``next_uid + row``, as in the serial generator, so the
+    bodies are the serial ones bit for bit."""
+    net, path = sim.net, spec["path"]
+    first = sim.next_uid
+    try:
+        pos, rad, vel, ang, a = _read_bodies(path, t, part=(net.rank, net.size))
+        bad = ~(np.isfinite(rad) & (rad > 0))
+        bad_pos = ~np.isfinite(pos).all(axis=1) | (sim.walled & ((pos < sim.lo)
+                                                                 | (pos >= sim.hi))).any(axis=1)
+        bad_vel = ~(np.isfinite(vel).all(axis=1) & np.isfinite(ang).all(axis=1))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise t.err("path", f"{str(path)!r} row {a + i}: the radius must be finite and > 0, "
+                                f"got {rad[i]!r}")
+        if bad_pos.any():
+            i = int(np.flatnonzero(bad_pos)[0])
+            raise t.err("path", f"{str(path)!r} row {a + i}: position {tuple(pos[i])} is not "
+                                f"finite or lies outside the domain [{tuple(sim.lo)}, "
+                                f"{tuple(sim.hi)}) on a non-periodic axis")
+        if bad_vel.any():
+            i = int(np.flatnonzero(bad_vel)[0])
+            raise t.err("path", f"{str(path)!r} row {a + i}: the velocity and angular velocity "
+                                "must be finite")
+        err = None
+    except ConfigError as e:
+        err = str(e)
+    err = net.first_error(err)
+    if err is not None:
+        raise ConfigError(err)
+    rec = np.empty(pos.shape[0], dtype=FILE_ROW)
+    rec["uid"] = first + a + np.arange(pos.shape[0], dtype=np.int64)
+    rec["position"] = pos
+    rec["radius"] = rad
+    rec["velocity"] = vel + spec["velocity"]
+    rec["angular_velocity"] = ang
+    big = rad > sim.global_radius            # a sphere's bounding radius is its radius
+    shared = net.allgather_records(rec[big], FILE_ROW)
+    rest = rec[~big]
+    c = rest["position"]
+    if sim.periodic.any():                   # the wrap of Simulation._add_bodies
+        box = np.where(sim.periodic, sim.hi - sim.lo, 1.0)
+        c = c - np.floor((c - sim.lo) / box) * sim.periodic * box
+    owner = sim.dec.owner_rank(c)
+    order = np.argsort(owner, kind="stable")
+    mine = net.alltoall_records(rest[order], np.bincount(owner, minlength=net.size), FILE_ROW)
+    mine = np.concatenate([shared, mine])
+    params = np.zeros((mine.shape[0], 3))
+    params[:, 0] = mine["radius"]
+    _add(t, "path", lambda: sim._add(SPHERE, params, mine["position"], None, mine["velocity"],
+                                     mine["angular_velocity"], spec["material"], False,
+                                     mine["uid"], shared_global=True))
+    # no uid is given when the file is empty: next_uid must still move past the rows
+    sim._next_uid = max(sim._next_uid, first + int(net.isum(pos.shape[0])))

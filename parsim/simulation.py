@@ -253,7 +253,10 @@ class Simulation:
         return self._next_uid
 
     def _add(self, shape: int, params: np.ndarray, centers, orientations, velocities,
-             angular_velocities, material, fixed: bool, uids=None) -> np.ndarray:
+             angular_velocities, material, fixed: bool, uids=None,
+             shared_global: bool = False) -> np.ndarray:
+        """``shared_global``: with ``uids``, bodies larger than the blocks allow are accepted
+        (the caller passes them identically on every rank; the file generator does)."""
         if uids is None:
             return self._add_bodies(shape, params, centers, orientations, velocities,
                                     angular_velocities, material, fixed, None)
@@ -261,7 +264,7 @@ class Simulation:
         # so that a bad body on one rank raises the same error on all of them
         try:
             values = self._add_bodies(shape, params, centers, orientations, velocities,
-                                      angular_velocities, material, fixed, uids)
+                                      angular_velocities, material, fixed, uids, shared_global)
             msg = None
         except ValueError as e:
             values, msg = None, str(e)
@@ -276,7 +279,7 @@ class Simulation:
         return values["uid"].copy()
 
     def _add_bodies(self, shape, params, centers, orientations, velocities, angular_velocities,
-                    material, fixed, uids):
+                    material, fixed, uids, shared_global=False):
         mat = self._material(material)
         name = SHAPE_NAMES[shape]
         centers = _rows(centers, params.shape[0], f"{name} centers")
@@ -327,7 +330,7 @@ class Simulation:
                                  f"[{uid.min()}, {uid.max()}]")
             if n > 1 and (np.diff(np.sort(uid)) == 0).any():
                 raise ValueError(f"{name} uids must be unique")
-            if (flags & GLOBAL).any():
+            if (flags & GLOBAL).any() and not shared_global:
                 i = int(np.flatnonzero(flags & GLOBAL)[0])
                 raise ValueError(f"{name} uid {uid[i]} (bounding radius {rb[i]:.4g}) is larger "
                                  f"than the blocks allow ({self.global_radius:.4g}); bodies "
