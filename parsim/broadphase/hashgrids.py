@@ -185,38 +185,49 @@ class HierarchicalHashGrid(BroadPhase):
         """
         G = self._G
         ng = int(G.n[0])
-        pending_grids = self._b_grid[pending].astype(np.int64)
-        target = G.count[:ng] + np.bincount(pending_grids, minlength=ng)[:ng]
-        bits = G.bits[:ng].copy()
+        pending_grids = self._b_grid[pending]
+        target = (G.count[:ng] + np.bincount(pending_grids, minlength=ng)[:ng]).tolist()
+        # the per-grid bookkeeping in Python ints: a handful of grids, and numpy scalars cost
+        # microseconds each (this is most of the fixed cost of an add of 1,000 bodies)
+        old_bits = G.bits[:ng].tolist()
+        old_base = G.base[:ng].tolist()
+        count = G.count[:ng].tolist()
+        bits = [list(b) for b in old_bits]
         for g in range(ng):
-            while target[g] > (1 << int(bits[g].sum())) / self.min_grid_density:
-                if bits[g].sum() >= 30:
+            while target[g] > (1 << sum(bits[g])) / self.min_grid_density:
+                if sum(bits[g]) >= 30:
                     raise BroadPhaseError(
                         f"grid {g} (cell size {G.cell[g]!r}) would exceed 2**30 cells; "
                         "lower min_grid_density or split the domain over more ranks")
-                bits[g] += 1
-        grown = np.zeros(K.MAX_GRIDS, dtype=np.bool_)
-        grown[:ng] = (bits != G.bits[:ng]).any(axis=1)
-        new = G.base[:ng] < 0
-        if not grown.any() and not new.any():
+                bits[g] = [b + 1 for b in bits[g]]
+        grown = [bits[g] != old_bits[g] for g in range(ng)]
+        new = [b < 0 for b in old_base]
+        if not any(grown) and not any(new):
             return np.empty(0, dtype=np.int64)
         # take the bodies already in grown grids out of their cells (O(1) each; growth is rare)
-        grid_of = self._b_grid[: self.bodies.n]
-        in_grown = grid_of >= 0
-        in_grown[in_grown] = grown[grid_of[in_grown]]
-        in_grown[pending] = False
-        dropped = np.flatnonzero(in_grown)
+        if any(grown[g] and count[g] > 0 for g in range(ng)):
+            grown_mask = np.zeros(K.MAX_GRIDS, dtype=np.bool_)
+            grown_mask[:ng] = grown
+            grid_of = self._b_grid[: self.bodies.n]
+            in_grown = grid_of >= 0
+            in_grown[in_grown] = grown_mask[grid_of[in_grown]]
+            in_grown[pending] = False
+            dropped = np.flatnonzero(in_grown)
+        else:
+            dropped = np.empty(0, dtype=np.int64)
         if dropped.size:
             keep = self._b_grid[dropped]
             self._edit(K.REMOVE, dropped)
             self._b_grid[dropped] = keep
-        sizes = np.int64(1) << bits.sum(axis=1)
-        new_base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        cells = np.full(int(sizes.sum()), -1, dtype=np.int32)
+        sizes = [1 << sum(b) for b in bits]
+        new_base = [0] * ng
+        for g in range(1, ng):
+            new_base[g] = new_base[g - 1] + sizes[g - 1]
+        cells = np.full(sum(sizes), -1, dtype=np.int32)
         for g in range(ng):
             if not grown[g] and not new[g]:
-                old = self._cells[G.base[g] : G.base[g] + sizes[g]]
-                cells[new_base[g] : new_base[g] + sizes[g]] = old
+                cells[new_base[g]: new_base[g] + sizes[g]] = \
+                    self._cells[old_base[g]: old_base[g] + sizes[g]]
         self._cells = cells
         G.base[:ng] = new_base
         G.bits[:ng] = bits
