@@ -68,6 +68,24 @@ def _isotropic(shape, inertia, i):
     return shape[i] == SPHERE or (inertia[i, 0] == inertia[i, 1] and inertia[i, 1] == inertia[i, 2])
 
 
+@njit(cache=True, inline="always")
+def _turned(b0, b1, b2, q0, q1, q2, q3, dt):
+    """Orientation (q0..q3) turned by the angular velocity (b0, b1, b2) over dt with the
+    series branch of :func:`parsim.rotation.quat_from_rotation_vector` (the expressions of
+    :func:`_rotate`, exact to rounding below 1e-2 rad), renormalised, and the squared angle,
+    which says whether the series applies (< 1e-4). Inlined: the loops stay vectorised."""
+    e0, e1, e2 = b0 * dt, b1 * dt, b2 * dt
+    s2 = e0 * e0 + e1 * e1 + e2 * e2
+    c = 1.0 - s2 * (1.0 / 8.0 - s2 * (1.0 / 384.0 - s2 * (1.0 / 46080.0)))
+    s = 0.5 - s2 * (1.0 / 48.0 - s2 * (1.0 / 3840.0 - s2 * (1.0 / 645120.0)))
+    r = quat_mul(c, e0 * s, e1 * s, e2 * s, q0, q1, q2, q3)
+    # not turning: only the renormalisation
+    still = (b0 == 0.0) & (b1 == 0.0) & (b2 == 0.0)
+    t = (q0, q1, q2, q3) if still else r
+    g = 1.0 / math.sqrt(t[0] * t[0] + t[1] * t[1] + t[2] * t[2] + t[3] * t[3])
+    return (t[0] * g, t[1] * g, t[2] * g, t[3] * g), s2
+
+
 #: bodies per chunk of the vectorised loops (one chunk's rows stay in the L1/L2 caches between
 #: its loops; the threaded builds hand out chunks)
 CHUNK = 1024
@@ -118,20 +136,11 @@ def _turn_spheres(m, dt, flags, shape, ii, w, tq, q):
         b1 = a1 + h * tq[j + 1] * k
         b2 = a2 + h * tq[j + 2] * k
         w[j], w[j + 1], w[j + 2] = (b0, b1, b2) if sph else (a0, a1, a2)
-        e0, e1, e2 = b0 * dt, b1 * dt, b2 * dt
-        s2 = e0 * e0 + e1 * e1 + e2 * e2
-        c = 1.0 - s2 * (1.0 / 8.0 - s2 * (1.0 / 384.0 - s2 * (1.0 / 46080.0)))
-        s = 0.5 - s2 * (1.0 / 48.0 - s2 * (1.0 / 3840.0 - s2 * (1.0 / 645120.0)))
         n4 = 4 * i
         q0, q1, q2, q3 = q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3]
-        r = quat_mul(c, e0 * s, e1 * s, e2 * s, q0, q1, q2, q3)
-        # not turning: only the renormalisation
-        still = (b0 == 0.0) & (b1 == 0.0) & (b2 == 0.0)
-        t = (q0, q1, q2, q3) if still else r
-        g = 1.0 / math.sqrt(t[0] * t[0] + t[1] * t[1] + t[2] * t[2] + t[3] * t[3])
+        t, s2 = _turned(b0, b1, b2, q0, q1, q2, q3, dt)
         done = sph & (s2 < 1e-4)
-        q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3] = ((t[0] * g, t[1] * g, t[2] * g, t[3] * g)
-                                                  if done else (q0, q1, q2, q3))
+        q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3] = t if done else (q0, q1, q2, q3)
         rest += np.int64(free & ~done)
     return rest
 
@@ -372,19 +381,11 @@ def _kick_turn(m, dt, flags, shape, ii, w, tq, q):
         b0, b1, b2 = (b0, b1, b2) if sph else (a0, a1, a2)
         w[j], w[j + 1], w[j + 2] = b0, b1, b2
         nbad += np.int64(not math.isfinite((b0 + b1) + b2))
-        e0, e1, e2 = b0 * dt, b1 * dt, b2 * dt
-        s2 = e0 * e0 + e1 * e1 + e2 * e2
-        c = 1.0 - s2 * (1.0 / 8.0 - s2 * (1.0 / 384.0 - s2 * (1.0 / 46080.0)))
-        s = 0.5 - s2 * (1.0 / 48.0 - s2 * (1.0 / 3840.0 - s2 * (1.0 / 645120.0)))
         n4 = 4 * i
         q0, q1, q2, q3 = q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3]
-        r = quat_mul(c, e0 * s, e1 * s, e2 * s, q0, q1, q2, q3)
-        still = (b0 == 0.0) & (b1 == 0.0) & (b2 == 0.0)
-        t = (q0, q1, q2, q3) if still else r
-        g = 1.0 / math.sqrt(t[0] * t[0] + t[1] * t[1] + t[2] * t[2] + t[3] * t[3])
+        t, s2 = _turned(b0, b1, b2, q0, q1, q2, q3, dt)
         done = sph & (s2 < 1e-4)
-        q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3] = ((t[0] * g, t[1] * g, t[2] * g, t[3] * g)
-                                                  if done else (q0, q1, q2, q3))
+        q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3] = t if done else (q0, q1, q2, q3)
         rest += np.int64(free & ~done)
     return nbad, rest
 
