@@ -11,7 +11,8 @@ periodic images of the serial run. The halo of a body is
 skin-enlarged AABB can overlap the enlarged AABB of a body owned by the receiver.
 
 Shadows are fixed until the next rebuild; every step :meth:`Halo.refresh` replays the three
-sweeps with the pose and velocities only (fixed-size messages into preallocated buffers).
+sweeps with the pose and velocities only (fixed-size messages into preallocated buffers), and
+without the orientation when every movable body is a sphere (9 float64 per copy instead of 13).
 
 *Migration.* At a rebuild, before the shadows are made, an owned body whose centre has left the
 block goes to the neighbour along the first axis on which it is outside, and so on in the next
@@ -33,8 +34,12 @@ from .decomposition import NONE, Decomposition
 
 #: one body as a record (all storage fields), the unit of shadow creation and migration
 BODY = np.dtype([(name, dtype, shape) for name, (dtype, shape) in FIELDS.items()])
-#: pose + velocities: what a shadow refresh sends per copy
+#: pose + velocities: what a shadow refresh sends per copy (position, velocity, angular
+#: velocity, orientation) ...
 STATE_WIDTH = 13
+#: ... and without the orientation when no movable body anywhere needs one: every movable body
+#: is a sphere (no contact reads a sphere's orientation, and a fixed body's never changes)
+SPHERE_WIDTH = 9
 
 
 class MigrationError(RuntimeError):
@@ -50,33 +55,40 @@ def records(st: BodyStorage, slots: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def _pack_state(slots, position, orientation, velocity, angular_velocity, buf):
+    """Rows of ``buf``: position, velocity, angular velocity and, if ``buf`` has
+    :data:`STATE_WIDTH` columns, the orientation of slots ``slots``."""
+    turning = buf.shape[1] >= STATE_WIDTH
     for k in range(slots.shape[0]):
         i = slots[k]
         for d in range(3):
             buf[k, d] = position[i, d]
-            buf[k, 7 + d] = velocity[i, d]
-            buf[k, 10 + d] = angular_velocity[i, d]
-        for d in range(4):
-            buf[k, 3 + d] = orientation[i, d]
+            buf[k, 3 + d] = velocity[i, d]
+            buf[k, 6 + d] = angular_velocity[i, d]
+        if turning:
+            for d in range(4):
+                buf[k, 9 + d] = orientation[i, d]
 
 
 @njit(cache=True)
 def _unpack_state(buf, start, position, orientation, velocity, angular_velocity):
+    """The inverse of :func:`_pack_state` into the slots from ``start`` on."""
+    turning = buf.shape[1] >= STATE_WIDTH
     for k in range(buf.shape[0]):
         j = start + k
         for d in range(3):
             position[j, d] = buf[k, d]
-            velocity[j, d] = buf[k, 7 + d]
-            angular_velocity[j, d] = buf[k, 10 + d]
-        for d in range(4):
-            orientation[j, d] = buf[k, 3 + d]
+            velocity[j, d] = buf[k, 3 + d]
+            angular_velocity[j, d] = buf[k, 6 + d]
+        if turning:
+            for d in range(4):
+                orientation[j, d] = buf[k, 9 + d]
 
 
 @njit(cache=True)
-def _copy_rows(src, dst, position, orientation, velocity, angular_velocity):
-    """Slots ``dst[k]`` take the pose and velocities of slots ``src[k]``, in the order of k (a
-    copy may read a row an earlier one wrote, as the sweeps do). Flat views: a 2-d row index
-    has a run-time row stride (see the integrator)."""
+def _copy_rows(src, dst, position, orientation, velocity, angular_velocity, turning):
+    """Slots ``dst[k]`` take the position and velocities (and, if ``turning``, the orientation)
+    of slots ``src[k]``, in the order of k (a copy may read a row an earlier one wrote, as the
+    sweeps do). Flat views: a 2-d row index has a run-time row stride (see the integrator)."""
     x, q = position.reshape(-1), orientation.reshape(-1)
     v, w = velocity.reshape(-1), angular_velocity.reshape(-1)
     for k in range(src.shape[0]):
@@ -85,9 +97,10 @@ def _copy_rows(src, dst, position, orientation, velocity, angular_velocity):
         x[j], x[j + 1], x[j + 2] = x[i], x[i + 1], x[i + 2]
         v[j], v[j + 1], v[j + 2] = v[i], v[i + 1], v[i + 2]
         w[j], w[j + 1], w[j + 2] = w[i], w[i + 1], w[i + 2]
-        i = 4 * src[k]
-        j = 4 * dst[k]
-        q[j], q[j + 1], q[j + 2], q[j + 3] = q[i], q[i + 1], q[i + 2], q[i + 3]
+        if turning:
+            i = 4 * src[k]
+            j = 4 * dst[k]
+            q[j], q[j + 1], q[j + 2], q[j + 3] = q[i], q[i + 1], q[i + 2], q[i + 3]
 
 
 def _shifted(image: np.ndarray, axis: int, delta: int) -> np.ndarray:
@@ -117,6 +130,8 @@ class Halo:
         self.migrated = 0          # bodies this rank sent away at the last rebuild
         self.migrated_total = 0    # ... and over the run
         self.shadows_made = 0
+        #: whether the refresh carries the orientation (:data:`SPHERE_WIDTH`; set by build)
+        self.turning = True
         #: seconds spent in the per-step shadow refresh: packing, the exchange (sending and
         #: waiting for the neighbours), unpacking
         self.timers = {"pack": 0.0, "exchange": 0.0, "unpack": 0.0}
@@ -129,10 +144,15 @@ class Halo:
         self.global_src = np.empty(0, dtype=np.int64)
         self.local = None
         self.program = []
-    def build(self, st: BodyStorage, reach: float) -> None:
+    def build(self, st: BodyStorage, reach: float, turning: bool = True) -> None:
         """Make the shadow copies (requires none present). ``reach`` is the halo beyond a body's
-        own bounding radius: largest bounding radius + skin + rounding hair (global)."""
+        own bounding radius: largest bounding radius + skin + rounding hair (global).
+        ``turning``: whether any rank has a movable non-sphere (the same on every rank); if
+        not, the per-step refresh leaves out the orientation, which no contact of a sphere
+        reads (the copies keep the orientation they were made with)."""
         dec, net = self.dec, self.net
+        self.turning = bool(turning)
+        width = STATE_WIDTH if self.turning else SPHERE_WIDTH
         self.plan = []
         self.buffers = []
         for d in range(3):
@@ -168,10 +188,10 @@ class Halo:
                 st.append_shadow_records(got_up)
             self.plan.append((send_down.astype(np.int64), send_up.astype(np.int64),
                               start_down, start_up))
-            self.buffers.append((np.empty((send_down.size, STATE_WIDTH)),
-                                 np.empty((send_up.size, STATE_WIDTH)),
-                                 np.empty((start_up - start_down, STATE_WIDTH)),
-                                 np.empty((st.n - start_up, STATE_WIDTH))))
+            self.buffers.append((np.empty((send_down.size, width)),
+                                 np.empty((send_up.size, width)),
+                                 np.empty((start_up - start_down, width)),
+                                 np.empty((st.n - start_up, width))))
         self._global_images(st)
         self.shadows_made = st.n_shadow
         self._program()
@@ -220,8 +240,9 @@ class Halo:
             flush()
             whole = dec.down[d] == dec.up[d]
             slots = np.concatenate([send_up, send_down] if whole else [send_down, send_up])
-            out = np.empty((slots.size, STATE_WIDTH))
-            inbuf = np.empty((n_from_down + n_from_up, STATE_WIDTH))
+            width = STATE_WIDTH if self.turning else SPHERE_WIDTH
+            out = np.empty((slots.size, width))
+            inbuf = np.empty((n_from_down + n_from_up, width))
             if whole:
                 views = (out[send_up.size:], out[:send_up.size], inbuf[:n_from_down],
                          inbuf[n_from_down:])
@@ -262,13 +283,13 @@ class Halo:
             src, dst = self.local
             if src.size:
                 _copy_rows(src, dst, st.position, st.orientation, st.velocity,
-                           st.angular_velocity)
+                           st.angular_velocity, self.turning)
             return
         dec, tm = self.dec, self.timers
         for step in self.program:
             if step[0] == "copy":
                 _copy_rows(step[1], step[2], st.position, st.orientation, st.velocity,
-                           st.angular_velocity)
+                           st.angular_velocity, self.turning)
                 continue
             _, d, slots, out, inbuf, start, whole, views = step
             t0 = time.perf_counter()
@@ -339,4 +360,5 @@ def warm_up() -> None:
     buf = np.zeros((1, STATE_WIDTH))
     _pack_state(slots, st.position, st.orientation, st.velocity, st.angular_velocity, buf)
     _unpack_state(buf, 1, st.position, st.orientation, st.velocity, st.angular_velocity)
-    _copy_rows(slots, slots + 1, st.position, st.orientation, st.velocity, st.angular_velocity)
+    _copy_rows(slots, slots + 1, st.position, st.orientation, st.velocity, st.angular_velocity,
+               True)

@@ -543,13 +543,27 @@ class Simulation:
         return self._largest_radius(include_global=True)
 
     def _largest_radius(self, include_global: bool = False) -> float:
-        """Collective; without the global bodies, it sets the halo of the shadow copies."""
+        """Collective: the largest bounding radius of the finite bodies (without the global
+        ones unless ``include_global``)."""
+        return self.net.max(self._local_radius(include_global))
+
+    def _local_radius(self, include_global: bool) -> float:
         st = self.st
         finite = st.shape[: st.n_owned] != PLANE
         if not include_global:
             finite &= (st.flags[: st.n_owned] & GLOBAL) == 0
-        r = float(np.max(st.bounding_radius[: st.n_owned][finite])) if finite.any() else 0.0
-        return self.net.max(r)
+        return float(np.max(st.bounding_radius[: st.n_owned][finite])) if finite.any() else 0.0
+
+    def _halo_needs(self) -> tuple[float, bool]:
+        """Collective, one reduction: the largest bounding radius of the finite non-global
+        bodies (it sets the halo of the shadow copies) and whether any rank owns a movable
+        non-sphere (then the shadows' orientations are refreshed every step)."""
+        st = self.st
+        no = st.n_owned
+        turning = bool(np.any(((st.flags[:no] & FIXED) == 0) & (st.shape[:no] != SPHERE)))
+        both = self.net.allreduce_array(
+            np.array([self._local_radius(False), 1.0 if turning else 0.0]), "max")
+        return float(both[0]), bool(both[1] > 0.0)
 
     def smallest_collision_time(self) -> tuple[float, str]:
         """Smallest normal collision time over the material pairs present, with the smallest
@@ -671,7 +685,7 @@ class Simulation:
             err = self.halo.migrate(st, self.nl)
             if err is not None:
                 raise SimulationError(err)
-        rmax = self._largest_radius()
+        rmax, turning = self._halo_needs()
         if not restart and (self._sorted_at is None
                             or self.step_count - self._sorted_at >= self.sort_interval):
             self._sort_owned(rmax)
@@ -679,7 +693,7 @@ class Simulation:
         skin = self.nl.skin
         self._check_halo(rmax, skin)
         reach = rmax + skin * (2.0 if restart else 1.0) + 1e-9 * (1.0 + float(np.abs(self.box).max()))
-        self.halo.build(st, reach)
+        self.halo.build(st, reach, turning)
         if self.pair_order not in ("auto", "key", "slot"):
             raise ValueError(f"pair_order must be 'auto', 'key' or 'slot', got "
                              f"{self.pair_order!r}")
