@@ -109,16 +109,23 @@ class Net:
     def first_error(self, message: str | None):
         """Collective: the message of the lowest rank that has one (None if no rank has), so
         every rank can raise the same error instead of leaving the others waiting."""
+        return self.first_error_and_max(message, 0.0)[0]
+
+    def first_error_and_max(self, message: str | None, x: float):
+        """Collective: :meth:`first_error` and the largest ``x`` over the ranks, in one
+        reduction."""
         if self.size == 1:
-            return message
-        flag = self.isum(0 if message is None else 1)
-        if flag == 0:
-            return None
+            return message, float(x)
+        both = np.array([0.0 if message is None else 1.0, float(x)])
+        out = np.empty(2)
+        self.comm.Allreduce(both, out, op=self.MPI.MAX)
+        if out[0] == 0.0:
+            return None, float(out[1])
         msgs = self.comm.allgather(message)
         for r, m in enumerate(msgs):
             if m is not None:
-                return m if r == 0 or self.size == 1 else f"{m} [rank {r}]"
-        return None
+                return (m if r == 0 else f"{m} [rank {r}]"), float(out[1])
+        return None, float(out[1])
 
     def gather(self, obj, root: int = 0):
         if self.size == 1:

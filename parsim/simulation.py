@@ -206,6 +206,7 @@ class Simulation:
         self.sort_interval = 1000
         self._sorted_at = None                       # step of the last sort
         self._all_spheres = None                     # see _fusable
+        self._im_max = None                          # see _largest_inv_mass
         self._has_global = False                     # any global body (same on every rank)
         self._restored = None                        # springs loaded from a checkpoint
         self._restart_exact = False                  # next setup continues a checkpoint
@@ -669,6 +670,7 @@ class Simulation:
         skin (bodies moved up to half of it since the reference poses)."""
         self._clear_shadows()
         self._all_spheres = None
+        self._im_max = None
         st = self.st
         if self.outflow == "delete" and self.walled.any() and not restart:
             out = np.zeros(st.n_owned, dtype=np.bool_)
@@ -794,6 +796,15 @@ class Simulation:
         """Advance one time step."""
         self._advance(1)
 
+    def _largest_inv_mass(self) -> float:
+        """Largest inverse mass of an owned movable body; cached like :meth:`_fusable`."""
+        if self._im_max is None:
+            st = self.st
+            no = st.n_owned
+            im = st.inv_mass[:no][(st.flags[:no] & FIXED) == 0]
+            self._im_max = float(im.max()) if im.size else 0.0
+        return self._im_max
+
     def _fusable(self) -> bool:
         """Whether no owned movable body is a non-sphere (then :func:`parsim.integrator.
         both_halves` may join a step's second half to the next step's first half). Cached
@@ -818,7 +829,14 @@ class Simulation:
         pass cannot fail the check (a kick from finite values that overflows to infinity is
         found one step later, at the drift). A step with anything suspect, the first step of a
         call, the last one and the step of a rebuild take the separate halves and the exact
-        check. The collectives are the same either way: the check, then the displacement."""
+        check. The collectives are the same either way: the check, then the displacement.
+
+        On several ranks the check's reduction also carries each rank's bound of the
+        displacement the next drift will give (:func:`parsim.integrator.drift_bound`, from the
+        largest speed and acceleration, found by the passes above). When the largest bound is
+        below half the skin, no rank can need a rebuild, and the next step uses it instead of
+        reducing the displacement: one reduction per step instead of two. The bound can only
+        enlarge the listing of the sparse force pass, which changes no bit."""
         if n <= 0:
             return
         if not self._ready:
@@ -828,6 +846,10 @@ class Simulation:
         walls = self._checked_walls()
         moved = None        # of this step's first half when the joint pass did it
         checked = False     # this step's drifted state passed the cheap check
+        speed = math.inf    # largest speed of a movable body in this step's drift
+        ahead = math.inf    # every rank's bound of the next drift's displacement
+        bounded = self.net.size > 1
+        slack = self._round_slack() if bounded else math.inf
         for k in range(n):
             no = st.n_owned
             t0 = time.perf_counter()
@@ -837,11 +859,17 @@ class Simulation:
                     st.bounding_radius, st.position, st.orientation, st.velocity,
                     st.angular_velocity, st.force, st.torque, st.ref_position,
                     st.ref_orientation)
-                checked = k + 1 < n and I.count_unchecked(
-                    no, st.flags, st.position, st.velocity, st.angular_velocity, self.lo,
-                    self.hi, walls) == 0
+                checked = False
+                if k + 1 < n:
+                    bad, speed = I.count_unchecked(no, st.flags, st.position, st.velocity,
+                                                   st.angular_velocity, self.lo, self.hi, walls)
+                    checked = bad == 0
             t1 = time.perf_counter()
-            moved = self.net.max(moved if math.isfinite(moved) else math.inf)
+            mine = moved
+            if ahead < 0.5 * nl.skin:
+                moved = ahead     # no rank moved so far: no reduction
+            else:
+                moved = self.net.max(moved if math.isfinite(moved) else math.inf)
             if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
                 tc = time.perf_counter()
                 self._check(self.step_count + 1)
@@ -855,8 +883,14 @@ class Simulation:
             self._forces(moved=moved)
             t3 = time.perf_counter()
             no = st.n_owned
-            join = (checked and k + 1 < n and self._fusable()
-                    and I.count_nonfinite_loads(no, st.force, st.torque) == 0)
+            join = False
+            bound = math.inf
+            if checked and k + 1 < n and self._fusable():
+                bad, fmax = I.screen_loads(no, st.force, st.torque)
+                join = bad == 0
+                if join and bounded:
+                    accel = I.SQRT3_UP * fmax * self._largest_inv_mass()
+                    bound = I.drift_bound(mine, speed, accel, self.dt, slack)
             if join:
                 found = (-1, 0)       # finite inputs inside the domain: the check passes
             else:
@@ -866,14 +900,14 @@ class Simulation:
             self.time += self.dt
             t4 = time.perf_counter()
             try:
-                self._check(self.step_count, found)
+                ahead = self._check(self.step_count, found, bound)
             except SimulationError:
                 if join:              # another rank failed: end this step here too
                     self._second_half()
                 raise
             t5 = time.perf_counter()
             if join:
-                moved, bad, odd = pick(I.both_halves, no)(
+                moved, bad, odd, speed = pick(I.both_halves, no)(
                     no, self.dt, st.flags, st.shape, st.inv_mass, st.inv_inertia,
                     st.position, st.orientation, st.velocity, st.angular_velocity, st.force,
                     st.torque, st.ref_position, self.lo, self.hi, walls)
@@ -896,16 +930,25 @@ class Simulation:
             st.orientation, st.velocity, st.angular_velocity, st.force, st.torque, st.position,
             self.lo, self.hi, self._checked_walls())
 
-    def _check(self, step: int, found=None) -> None:
+    def _check(self, step: int, found=None, bound: float = math.inf) -> float:
         """Collective: raise the same SimulationError on every rank if any rank has a body with a
         non-finite state or (outflow "error") outside the domain. ``found``: this rank's
-        (index, cause) of :func:`parsim.integrator.check_state`, if already known."""
+        (index, cause) of :func:`parsim.integrator.check_state`, if already known. Returns the
+        largest ``bound`` over the ranks (carried by the same reduction)."""
         msg = self._check_local(step, found)
         if self.check_ownership:
             msg = msg or self._ownership_error(step)
-        msg = self.net.first_error(msg)
+        msg, bound = self.net.first_error_and_max(msg, bound)
         if msg is not None:
             raise SimulationError(msg)
+        return bound
+
+    def _round_slack(self) -> float:
+        """Rounding allowance of :func:`parsim.integrator.drift_bound`: 1e-15 x the largest
+        coordinate a centre can have between two rebuilds (infinite in an unbounded domain,
+        which turns the bound off)."""
+        span = float(np.max(np.abs(np.concatenate([self.lo, self.hi]))))
+        return 1e-15 * (1.0 + span + self.nl.skin)
 
     def _ownership_error(self, step: int) -> str | None:
         st = self.st

@@ -72,9 +72,11 @@ def test_joint_pass_gives_the_bits_of_the_two_halves(dt, build):
                                                   WALLED)) == (-1, 0)
     moved = I.first_half[0](n, dt, *[ref[k] for k in FIRST])
     got = {k: v.copy() for k, v in s.items()}
-    m, bad, odd = I.both_halves[build](n, dt, *[got[k] for k in JOINT], LO, HI, WALLED)
+    m, bad, odd, speed = I.both_halves[build](n, dt, *[got[k] for k in JOINT], LO, HI, WALLED)
     assert (m, bad, odd) == (moved, 0, 0)
     _bits_equal(got, ref)
+    v, free = ref["velocity"], ref["flags"] == 0
+    assert speed == np.sqrt((v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1] + v[:, 2] * v[:, 2])[free].max())
     if dt == 1e-3:       # the fast spheres took the serial trigonometric branch
         fast = (np.linalg.norm(ref["angular_velocity"], axis=1) * dt > 1e-2)
         assert np.count_nonzero(fast & (s["flags"] == 0)) > 0
@@ -93,14 +95,51 @@ def test_joint_pass_counts_what_the_exact_check_would_report():
     s["position"][40] = [0, 9.9999999, 0]      # drifts past y = 10: not walled, not counted
     s["velocity"][40] = [0, 5.0, 0]
     got = {k: v.copy() for k, v in s.items()}
-    _, bad, _ = I.both_halves[0](n, 1e-4, *[got[k] for k in JOINT], LO, HI, WALLED)
+    _, bad, _, _ = I.both_halves[0](n, 1e-4, *[got[k] for k in JOINT], LO, HI, WALLED)
     assert bad == 3
     assert I.count_unchecked(n, got["flags"], got["position"], got["velocity"],
-                             got["angular_velocity"], LO, HI, WALLED) == 3
-    assert I.count_nonfinite_loads(n, s["force"], s["torque"]) == 1
+                             got["angular_velocity"], LO, HI, WALLED)[0] == 3
+    assert I.screen_loads(n, s["force"], s["torque"])[0] == 1
     s["force"][50] = [1e308, 0, 0]             # finite parts whose sum overflows: counted
     s["torque"][50] = [1e308, 0, 0]
-    assert I.count_nonfinite_loads(n, s["force"], s["torque"]) == 2
+    assert I.screen_loads(n, s["force"], s["torque"])[0] == 2
+
+
+@pytest.mark.parametrize("dt", [1e-4, 1e-2])
+@pytest.mark.parametrize("seed", range(4))
+def test_drift_bound_bounds_the_next_displacement(dt, seed):
+    """The displacement the joint pass computes is never above the bound made from the
+    previous drift's displacement, speed (count_unchecked) and largest acceleration (which
+    Simulation bounds from screen_loads), also with large forces and bodies far from their
+    reference poses; for a body moving straight away from its reference pose it is tight."""
+    n = 4000
+    s = _spheres(n, seed=10 + seed)
+    rng = np.random.default_rng(seed)
+    s["force"] *= rng.choice([1.0, 1e3, 1e6], size=(n, 1))
+    s["position"] += rng.normal(scale=0.2, size=(n, 3))
+    # body 0 (a movable sphere) is the farthest from its reference pose, the fastest and the
+    # most accelerated, all away from its reference: the bound is tight for it
+    away = np.array([0.6, -0.48, 0.64])
+    s["flags"][0], s["shape"][0], s["inv_mass"][0] = 0, SPHERE, 2.0
+    s["position"][0] = s["ref_position"][0] + 2.0 * away
+    s["velocity"][0] = 3.0 * away / dt * 1e-3
+    s["force"][0] = 8e6 * away
+    moved0 = I.first_half[0](n, dt, *[s[k] for k in FIRST])
+    bad, speed = I.count_unchecked(n, s["flags"], s["position"], s["velocity"],
+                                   s["angular_velocity"], LO, HI, np.zeros(3, np.bool_))
+    assert bad == 0
+    v, free = s["velocity"], s["flags"] == 0
+    assert speed == np.sqrt((v[:, 0] * v[:, 0] + v[:, 1] * v[:, 1] + v[:, 2] * v[:, 2])[free].max())
+    bad, fmax = I.screen_loads(n, s["force"], s["torque"])
+    assert bad == 0
+    assert fmax == np.abs(s["force"]).max()
+    f = s["force"]
+    accel = np.sqrt((f[:, 0] * f[:, 0] + f[:, 1] * f[:, 1] + f[:, 2] * f[:, 2])
+                    * s["inv_mass"] ** 2)[free].max()
+    assert I.SQRT3_UP * fmax * s["inv_mass"][free].max() >= accel   # how Simulation bounds it
+    bound = I.drift_bound(moved0, speed, accel, dt, 1e-15 * (1.0 + 10.0))
+    moved1, _, _, _ = I.both_halves[0](n, dt, *[s[k] for k in JOINT], LO, HI, WALLED)
+    assert bound * (1.0 - 1e-9) < moved1 <= bound
 
 
 def test_joint_pass_reports_a_movable_non_sphere():
@@ -108,7 +147,7 @@ def test_joint_pass_reports_a_movable_non_sphere():
     s["flags"][10] = 0
     s["shape"][10] = BOX
     s["angular_velocity"][10] = 1.0            # not a slow sphere: left to the serial loop
-    _, _, odd = I.both_halves[0](100, 1e-4, *[s[k] for k in JOINT], LO, HI, WALLED)
+    _, _, odd, _ = I.both_halves[0](100, 1e-4, *[s[k] for k in JOINT], LO, HI, WALLED)
     assert odd == 1
 
 
@@ -237,15 +276,24 @@ def test_ranks_joint_pass_bitwise(comm, periodic, box):
     if comm.rank == 0:
         s = _pile(comm=None, periodic=periodic, box=box)
         s.run(steps)
-        ref = s.state()
+        ref = (s.state(), s.nl.builds)
     sim = _pile(comm=comm, periodic=periodic, box=box)
+    reductions = []
+    reduce = sim.net.max
+    sim.net.max = lambda x: reductions.append(1) or reduce(x)
     sim.run(steps)
     got = sim.state(gather=True)
     ok = True
     if comm.rank == 0:
         ok = all(np.array_equal(np.asarray(got[k]).view(np.uint8),
-                                np.asarray(ref[k]).view(np.uint8)) for k in ref)
+                                np.asarray(ref[0][k]).view(np.uint8)) for k in ref[0])
     _verdict(comm, ok, f"{comm.size} ranks differ from the serial run")
+    # the same rebuilds as the serial run, though with spheres only most steps skip the
+    # reduction of the displacement (every rank's drift bound is below half the skin)
+    builds = comm.bcast(None if ref is None else ref[1], root=0)
+    _verdict(comm, sim.nl.builds == builds, f"{sim.nl.builds} rebuilds, serial {builds}")
+    if not box:
+        _verdict(comm, len(reductions) < steps // 2, f"{len(reductions)} reductions")
 
 
 @pytest.mark.mpi(min_size=2)
