@@ -267,10 +267,14 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
         G.count[g] -= 1
 
     # In chunks of CH bodies: list the bodies to edit (and copy the AABBs, compute new cells),
-    # touch what their edits will read in three dependent rounds (independent loads within a
-    # round, so the cache misses overlap instead of queuing one after another along each
-    # edit's chain cell -> container -> block -> entry), then edit. The touched values are
-    # summed and returned only so that the compiler keeps the loads.
+    # for moves (the update) touch what their edits will read in three dependent rounds
+    # (independent loads within a round, so the cache misses overlap instead of queuing one
+    # after another along each edit's chain cell -> container -> block -> entry), then edit.
+    # The touched values are summed and returned only so that the compiler keeps the loads.
+    # Inserts and removals of whole batches skip the rounds: their chains are short (mostly
+    # new or emptied single-body cells) and the rounds made them 15-25 % slower at every size
+    # from 1,000 to 1e6 bodies, while they make the update of the reference scenario 15 %
+    # faster (2026-11-24).
     CH = 64
     mv = np.empty(CH, dtype=np.int64)
     cnew = np.empty(CH, dtype=np.int64)
@@ -306,37 +310,38 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
                 c = new_cell[i]
                 cnew[nm] = c
                 nm += (c >= 0) & (c != b_cell[s])
-        for j in range(nm):
-            s = slots[mv[j]]
-            base = G.base[b_grid[s]]
-            if has_old:
-                acc += cells[base + b_cell[s]] + b_entry[s]
-            if has_new:
-                acc += cells[base + cnew[j]]
-        for j in range(nm):
-            s = slots[mv[j]]
-            base = G.base[b_grid[s]]
-            if has_old:
-                acc += C.row[cells[base + b_cell[s]], C_TAIL] + P.entries[b_entry[s]]
-            if has_new:
-                k2 = cells[base + cnew[j]]
-                if k2 >= 0:
-                    acc += C.row[k2, C_TAIL]
-        if has_old:  # the cells of the containers likely to fill holes of emptied ones
-            for j in range(min(nm, C.n[0])):
-                kk = C.n[0] - 1 - j
-                acc += cells[G.base[C.row[kk, C_GRID]] + C.row[kk, C_CELL]]
-        for j in range(nm):
-            s = slots[mv[j]]
-            base = G.base[b_grid[s]]
-            if has_old:
-                k = cells[base + b_cell[s]]
-                t = C.row[k, C_TAIL]
-                acc += P.entries[t * BLOCK + (C.row[k, C_SIZE] - 1) % BLOCK] + P.next[t] + P.prev[t]
-            if has_new:
-                k2 = cells[base + cnew[j]]
-                if k2 >= 0:
-                    acc += P.entries[C.row[k2, C_TAIL] * BLOCK]
+        if op == MOVE:
+            for j in range(nm):
+                s = slots[mv[j]]
+                base = G.base[b_grid[s]]
+                if has_old:
+                    acc += cells[base + b_cell[s]] + b_entry[s]
+                if has_new:
+                    acc += cells[base + cnew[j]]
+            for j in range(nm):
+                s = slots[mv[j]]
+                base = G.base[b_grid[s]]
+                if has_old:
+                    acc += C.row[cells[base + b_cell[s]], C_TAIL] + P.entries[b_entry[s]]
+                if has_new:
+                    k2 = cells[base + cnew[j]]
+                    if k2 >= 0:
+                        acc += C.row[k2, C_TAIL]
+            if has_old:  # the cells of the containers likely to fill holes of emptied ones
+                for j in range(min(nm, C.n[0])):
+                    kk = C.n[0] - 1 - j
+                    acc += cells[G.base[C.row[kk, C_GRID]] + C.row[kk, C_CELL]]
+            for j in range(nm):
+                s = slots[mv[j]]
+                base = G.base[b_grid[s]]
+                if has_old:
+                    k = cells[base + b_cell[s]]
+                    t = C.row[k, C_TAIL]
+                    acc += P.entries[t * BLOCK + (C.row[k, C_SIZE] - 1) % BLOCK] + P.next[t] + P.prev[t]
+                if has_new:
+                    k2 = cells[base + cnew[j]]
+                    if k2 >= 0:
+                        acc += P.entries[C.row[k2, C_TAIL] * BLOCK]
         for j in range(nm):
             s = slots[mv[j]]
             g = b_grid[s]
