@@ -96,8 +96,10 @@ def lockstep_worker(scenario: str, n_side: int, steps: int, warm: int) -> None:
     from mpi4py import MPI
 
     import bench_dem
+    import parsim.simulation
 
     world = MPI.COMM_WORLD
+    parsim.simulation.auto_comm = lambda: None      # every rank its own serial simulation
     build = bench_dem.build_parsim
 
     def joined(*args):
