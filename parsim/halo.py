@@ -124,7 +124,7 @@ class Halo:
         self.global_src = np.empty(0, dtype=np.int64)   # global bodies' images: sources
         self.global_start = 0                             # ... and their first slot
         self.plan = []             # per axis: (send_down, send_up, start_from_down, start_from_up)
-        self.buffers = []          # per axis: (to_down, to_up, from_down, from_up) float64[k, 13]
+        self.buffers = []          # per axis: (to_down, to_up, from_down, from_up) float64[k, 9 or 13]
         self.local = None          # (src, dst) when the refresh needs no message
         self.program = []          # the refresh, step by step (see _program)
         self.migrated = 0          # bodies this rank sent away at the last rebuild

@@ -15,8 +15,9 @@ streams every body's arrays) often meets the other run's compute-heavy part (con
 of one MPI run cannot drift: they meet at the end of every step. ``--lockstep`` measures that
 too: the same two single-rank runs in one ``mpiexec -n 2``, each with its own serial
 simulation, joined by one 16-byte ``Allreduce`` per step (what a 2-rank run's end-of-step check
-does) and nothing else, against ``mpiexec -n 1`` of the same program. Its ratio is the ceiling
-of weak scaling with the ranks in step and no data exchanged.
+does) and nothing else, against ``mpiexec -n 1`` of the same program (the few collective
+checks of building the state join the ranks too, outside the timed loop). Its ratio is the
+ceiling of weak scaling with the ranks in step and no data exchanged.
 
     NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_contention.py \\
         --cases S1w:20 S1w:40 S1w:50 S2b:20 S2b:40 --repeats 2
@@ -29,12 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-
-import numpy as np
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -92,7 +93,6 @@ def lockstep_worker(scenario: str, n_side: int, steps: int, warm: int) -> None:
     """Under mpiexec: bench_dem's worker on every rank, each with its own serial simulation
     whose end-of-step check also makes an Allreduce over all ranks (the only communication);
     rank 0 prints the result with the wall time of the slowest rank."""
-    import numpy as np
     from mpi4py import MPI
 
     import bench_dem

@@ -297,6 +297,37 @@ def test_ranks_joint_pass_bitwise(comm, periodic, box):
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("periodic", [False, True], ids=["walled", "periodic"])
+def test_ranks_drift_bound_holds_every_step(comm, monkeypatch, periodic):
+    """In Simulation._advance, every joint drift's displacement (this rank's) is at most the
+    bound the preceding check's reduction returned, whenever that bound was used (finite)."""
+    sim = _pile(comm=comm, periodic=periodic)
+    seen = {"ahead": np.inf, "used": 0, "bad": []}
+    check = sim._check
+
+    def checked(*a, **k):
+        seen["ahead"] = check(*a, **k)
+        return seen["ahead"]
+    monkeypatch.setattr(sim, "_check", checked)
+    builds = I.both_halves
+
+    def bounded(build):
+        def f(*a):
+            out = build(*a)
+            if np.isfinite(seen["ahead"]):
+                seen["used"] += 1
+                if not out[0] <= seen["ahead"]:
+                    seen["bad"].append((out[0], seen["ahead"]))
+            return out
+        return f
+    monkeypatch.setattr(I, "both_halves", tuple(bounded(b) for b in builds))
+    sim.run(500)
+    bad = comm.allgather(seen["bad"])
+    _verdict(comm, not any(bad), f"displacements above their bounds: {bad}")
+    _verdict(comm, seen["used"] > 300, f"the bound was used in {seen['used']} steps only")
+
+
+@pytest.mark.mpi(min_size=2)
 def test_ranks_stop_together_with_the_serial_state(comm):
     """The force on one body becomes NaN in step 137 on the rank that owns it; the others
     were about to take the joint pass. All ranks raise the serial run's message (plus the
