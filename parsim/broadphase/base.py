@@ -124,14 +124,18 @@ def _swap_remove(keys, vals, ids_arr, lo, hi, n, slots, move_src, move_dst):
     rm_ids = np.empty(m, dtype=np.int64)
     for k in range(m):
         rm_ids[k] = ids_arr[slots[k]]
+    direct = keys.shape[0] == 0
     mask = keys.shape[0] - 1
     for k in range(m):
         key = rm_ids[k]
         # current slot of this id
-        b = _bucket(key, mask)
-        while keys[b] != key:
-            b = (b + 1) & mask
-        s = vals[b]
+        if direct:
+            s = vals[key]
+        else:
+            b = _bucket(key, mask)
+            while keys[b] != key:
+                b = (b + 1) & mask
+            s = vals[b]
         last = n - 1
         if s != last:
             ids_arr[s] = ids_arr[last]
@@ -193,7 +197,7 @@ class BodyStore:
         self.lo = np.empty((capacity, 3), dtype=np.float64)
         self.hi = np.empty((capacity, 3), dtype=np.float64)
         self._seen = np.zeros(capacity, dtype=np.bool_)
-        self.map = IdMap(capacity)
+        self.map = IdMap(capacity, direct=True)
         self._claimed = 0  # ids claimed in the map for the next append (see claim)
 
     @property
