@@ -829,7 +829,7 @@ class Simulation:
         pass cannot fail the check (a kick from finite values that overflows to infinity is
         found one step later, at the drift). A step with anything suspect, the first step of a
         call, the last one and the step of a rebuild take the separate halves and the exact
-        check. The collectives are the same either way: the check, then the displacement.
+        check. The collectives do not depend on this per-rank choice.
 
         On several ranks the check's reduction also carries each rank's bound of the
         displacement the next drift will give (:func:`parsim.integrator.drift_bound`, from the
