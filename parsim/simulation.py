@@ -541,14 +541,11 @@ class Simulation:
 
     def largest_radius(self) -> float:
         """Collective: the largest bounding radius of a finite body (0 if none)."""
-        return self._largest_radius(include_global=True)
-
-    def _largest_radius(self, include_global: bool = False) -> float:
-        """Collective: the largest bounding radius of the finite bodies (without the global
-        ones unless ``include_global``)."""
-        return self.net.max(self._local_radius(include_global))
+        return self.net.max(self._local_radius(include_global=True))
 
     def _local_radius(self, include_global: bool) -> float:
+        """This rank's largest bounding radius of a finite body (without the global ones
+        unless ``include_global``)."""
         st = self.st
         finite = st.shape[: st.n_owned] != PLANE
         if not include_global:
@@ -867,7 +864,7 @@ class Simulation:
             t1 = time.perf_counter()
             mine = moved
             if ahead < 0.5 * nl.skin:
-                moved = ahead     # no rank moved so far: no reduction
+                moved = ahead     # every rank's bound is below half the skin: no reduction
             else:
                 moved = self.net.max(moved if math.isfinite(moved) else math.inf)
             if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
