@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from .base import grow_hits, ray_box_enter
+from .prefetch import prefetch
 
 
 BLOCK = 4
@@ -177,6 +178,8 @@ def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
 INSERT = 0
 REMOVE = 1
 MOVE = 2
+PF_CELL = 16  # prefetch distances (bodies ahead) in edit_cells' inserts and removals
+PF_ROW = 6
 
 
 @njit(cache=True)
@@ -266,95 +269,105 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
             C.n[0] = last
         G.count[g] -= 1
 
-    # In chunks of CH bodies: list the bodies to edit (and copy the AABBs, compute new cells),
-    # for moves (the update) touch what their edits will read in three dependent rounds
+    # Inserts and removals: one pass lists the cell-table index of every body, a second edits,
+    # prefetching (a hint, see prefetch.py) the cell-table entry of the body PF_CELL places
+    # ahead and, for removals, the container row and block entry of the body PF_ROW ahead (its
+    # cell entry has arrived by then). At 1e6 bodies the cell table is 64 MB and every edit
+    # used to wait for its entry: the prefetches halve the removals and take a quarter off
+    # the inserts (2026-11-24, docs/broadphase.md). Touch rounds (below) instead of prefetches
+    # made inserts and removals 15-25 % slower at every size.
+    #
+    # Moves (the update), in chunks of CH bodies: list the bodies to edit (and copy the AABBs,
+    # compute new cells), touch what their edits will read in three dependent rounds
     # (independent loads within a round, so the cache misses overlap instead of queuing one
     # after another along each edit's chain cell -> container -> block -> entry), then edit.
     # The touched values are summed and returned only so that the compiler keeps the loads.
-    # Inserts and removals of whole batches skip the rounds: their chains are short (mostly
-    # new or emptied single-body cells) and the rounds made them 15-25 % slower at every size
-    # from 1,000 to 1e6 bodies, while they make the update of the reference scenario 15 %
-    # faster (2026-11-24).
-    CH = 64
-    mv = np.empty(CH, dtype=np.int64)
-    cnew = np.empty(CH, dtype=np.int64)
-    has_old = op != INSERT
-    has_new = op != REMOVE
-    acc = 0
-    n_all = slots.shape[0]
-    for i0 in range(0, n_all, CH):
-        nm = 0
-        for i in range(i0, min(i0 + CH, n_all)):
+    # The rounds make the update of the reference scenario 15 % faster; prefetches in the
+    # first round instead of loads gained nothing measurable there.
+    if op != MOVE:
+        n_all = slots.shape[0]
+        at = np.empty(n_all, dtype=np.int64)  # index into cells, -1: nothing to do
+        for i in range(n_all):
             s = slots[i]
             g = b_grid[s]
-            mv[nm] = i
             if op == INSERT:
-                inv = G.inv[g]
                 cx = 0.5 * (lo[s, 0] + hi[s, 0])
                 cy = 0.5 * (lo[s, 1] + hi[s, 1])
                 cz = 0.5 * (lo[s, 2] + hi[s, 2])
-                cnew[nm] = _cell_of(cx, cy, cz, inv, G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
+                c = _cell_of(cx, cy, cz, G.inv[g], G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
+                b_cell[s] = c
+                at[i] = G.base[g] + c
                 G.clo[g, 0] = min(G.clo[g, 0], cx)
                 G.clo[g, 1] = min(G.clo[g, 1], cy)
                 G.clo[g, 2] = min(G.clo[g, 2], cz)
                 G.chi[g, 0] = max(G.chi[g, 0], cx)
                 G.chi[g, 1] = max(G.chi[g, 1], cy)
                 G.chi[g, 2] = max(G.chi[g, 2], cz)
-                nm += 1
-            elif op == REMOVE:
-                nm += g >= 0
             else:
-                for d in range(3):
-                    lo[s, d] = lo_new[i, d]
-                    hi[s, d] = hi_new[i, d]
-                c = new_cell[i]
-                cnew[nm] = c
-                nm += (c >= 0) & (c != b_cell[s])
-        if op == MOVE:
-            for j in range(nm):
-                s = slots[mv[j]]
-                base = G.base[b_grid[s]]
-                if has_old:
-                    acc += cells[base + b_cell[s]] + b_entry[s]
-                if has_new:
-                    acc += cells[base + cnew[j]]
-            for j in range(nm):
-                s = slots[mv[j]]
-                base = G.base[b_grid[s]]
-                if has_old:
-                    acc += C.row[cells[base + b_cell[s]], C_TAIL] + P.entries[b_entry[s]]
-                if has_new:
-                    k2 = cells[base + cnew[j]]
-                    if k2 >= 0:
-                        acc += C.row[k2, C_TAIL]
-            if has_old:  # the cells of the containers likely to fill holes of emptied ones
-                for j in range(min(nm, C.n[0])):
-                    kk = C.n[0] - 1 - j
-                    acc += cells[G.base[C.row[kk, C_GRID]] + C.row[kk, C_CELL]]
-            for j in range(nm):
-                s = slots[mv[j]]
-                base = G.base[b_grid[s]]
-                if has_old:
-                    k = cells[base + b_cell[s]]
-                    t = C.row[k, C_TAIL]
-                    acc += P.entries[t * BLOCK + (C.row[k, C_SIZE] - 1) % BLOCK] + P.next[t] + P.prev[t]
-                if has_new:
-                    k2 = cells[base + cnew[j]]
-                    if k2 >= 0:
-                        acc += P.entries[C.row[k2, C_TAIL] * BLOCK]
+                at[i] = G.base[g] + b_cell[s] if g >= 0 else -1
+        for i in range(n_all):
+            j = i + PF_CELL
+            if j < n_all and at[j] >= 0:
+                prefetch(cells, at[j])
+            j = i + PF_ROW
+            if op == REMOVE and j < n_all and at[j] >= 0:
+                prefetch(C.row[cells[at[j]]], 0)
+                prefetch(P.entries, b_entry[slots[j]])
+            if at[i] < 0:
+                continue
+            s = slots[i]
+            g = b_grid[s]
+            if op == INSERT:
+                insert(s, g, b_cell[s])
+            else:
+                remove(s, g, b_cell[s])
+                b_grid[s] = -1
+        return 0
+    CH = 64
+    mv = np.empty(CH, dtype=np.int64)
+    cnew = np.empty(CH, dtype=np.int64)
+    acc = 0
+    n_all = slots.shape[0]
+    for i0 in range(0, n_all, CH):
+        nm = 0
+        for i in range(i0, min(i0 + CH, n_all)):
+            s = slots[i]
+            mv[nm] = i
+            for d in range(3):
+                lo[s, d] = lo_new[i, d]
+                hi[s, d] = hi_new[i, d]
+            c = new_cell[i]
+            cnew[nm] = c
+            nm += (c >= 0) & (c != b_cell[s])
+        for j in range(nm):
+            s = slots[mv[j]]
+            base = G.base[b_grid[s]]
+            acc += cells[base + b_cell[s]] + b_entry[s] + cells[base + cnew[j]]
+        for j in range(nm):
+            s = slots[mv[j]]
+            base = G.base[b_grid[s]]
+            acc += C.row[cells[base + b_cell[s]], C_TAIL] + P.entries[b_entry[s]]
+            k2 = cells[base + cnew[j]]
+            if k2 >= 0:
+                acc += C.row[k2, C_TAIL]
+        for j in range(min(nm, C.n[0])):  # the cells of the containers likely to fill holes
+            kk = C.n[0] - 1 - j
+            acc += cells[G.base[C.row[kk, C_GRID]] + C.row[kk, C_CELL]]
+        for j in range(nm):
+            s = slots[mv[j]]
+            base = G.base[b_grid[s]]
+            k = cells[base + b_cell[s]]
+            t = C.row[k, C_TAIL]
+            acc += P.entries[t * BLOCK + (C.row[k, C_SIZE] - 1) % BLOCK] + P.next[t] + P.prev[t]
+            k2 = cells[base + cnew[j]]
+            if k2 >= 0:
+                acc += P.entries[C.row[k2, C_TAIL] * BLOCK]
         for j in range(nm):
             s = slots[mv[j]]
             g = b_grid[s]
-            if op == INSERT:
-                b_cell[s] = cnew[j]
-                insert(s, g, cnew[j])
-            elif op == REMOVE:
-                remove(s, g, b_cell[s])
-                b_grid[s] = -1
-            else:
-                remove(s, g, b_cell[s])
-                insert(s, g, cnew[j])
-                b_cell[s] = cnew[j]
+            remove(s, g, b_cell[s])
+            insert(s, g, cnew[j])
+            b_cell[s] = cnew[j]
     return acc
 
 
