@@ -537,7 +537,8 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         cells[G.base[C.row[k, C_GRID]] + vcell[v]] = v  # while detecting: the visit index
     vstart[n_vis] = m
     # counting sort of the bodies by visit index: bodies are read in slot order (sequential),
-    # only the cell lookup and the write of one compact row are scattered. In chunks of 64:
+    # only the cell lookup (prefetched PF_CELL bodies ahead) and the write of one compact row
+    # are scattered. In chunks of 64:
     # the destination rows first, then one load from each (the rows' cache misses overlap
     # instead of stalling the stores one by one), then the writes.
     dest = np.empty(64, dtype=np.int64)
@@ -545,6 +546,9 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
     for s0 in range(0, n_slots, 64):
         s1 = min(s0 + 64, n_slots)
         for s in range(s0, s1):
+            sp = s + PF_CELL
+            if sp < n_slots and b_grid[sp] >= 0:
+                prefetch(cells, G.base[b_grid[sp]] + b_cell[sp])
             g = b_grid[s]
             j = -1
             if g >= 0:
