@@ -1505,7 +1505,7 @@ def md_report(meta, studies, targets, plots, anomalies, out):
              f"scipy {v['scipy']}, matplotlib {v['matplotlib']}")
     L.append(f"- **Threads**: single core (NUMBA_NUM_THREADS={m['env']['NUMBA_NUM_THREADS']}, "
              f"OMP/OPENBLAS=1); NUMBA_CACHE_DIR={m['env']['NUMBA_CACHE_DIR']}")
-    L.append(f"- **Code**: git HEAD {m.get('git_head', '?')}; structure sources (sha1, first 10 hex): "
+    L.append(f"- **Code**: git HEAD {m.get('git_head', '?')}; structure sources (sha1 of the module, its kernels, base.py, idmap.py and prefetch.py; first 10 hex): "
              + ", ".join(f"{SHORT[k]} {v2}" for k, v2 in meta["sources"].items())
              + (f"; parsim imported from `{m['parsim_imported_from']}`"
                 if m.get("parsim_imported_from") else ""))
@@ -1664,15 +1664,24 @@ def collect_anomalies(studies):
 # main
 # ============================================================================================
 
+#: modules every structure runs on, hashed with its own (and the HHG's kernels with the HHG)
+SHARED_MODULES = ("base", "idmap", "prefetch")
+EXTRA_MODULES = {"HierarchicalHashGrid": ("hashgrid_kernels",)}
+
+
 def source_hashes():
+    """sha1 (first 10 hex) per structure over its module, its kernels and the shared modules."""
     out = {}
     for k, mod in MODULES.items():
-        p = os.path.join(REPO, "parsim", "broadphase", mod + ".py")
-        try:
-            with open(p, "rb") as f:
-                out[k] = hashlib.sha1(f.read()).hexdigest()[:10]
-        except OSError:
-            out[k] = "absent"
+        h = hashlib.sha1()
+        for m in (mod, *EXTRA_MODULES.get(k, ()), *SHARED_MODULES):
+            p = os.path.join(REPO, "parsim", "broadphase", m + ".py")
+            try:
+                with open(p, "rb") as f:
+                    h.update(f.read())
+            except OSError:
+                h.update(b"absent:" + m.encode())
+        out[k] = h.hexdigest()[:10]
     return out
 
 
