@@ -567,15 +567,19 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
     id_mask = (np.int64(1) << ID_BITS) - 1
     cell_mask = (np.int64(1) << cell_bits) - 1
     m = 0
-    for v in range(n_vis):
-        w = visit[v]
-        k = w & id_mask
-        visit[v] = k
-        vcell[v] = (w >> ID_BITS) & cell_mask
-        vstart[v] = m
-        fill[v] = m
-        m += C.row[k, C_SIZE]
-        cells[G.base[C.row[k, C_GRID]] + vcell[v]] = v  # while detecting: the visit index
+    for r in range(G.n[0]):  # the visits are grouped by grid (finest first)
+        base = G.base[G.order[r]]
+        for v in range(gfirst[r], gfirst[r + 1]):
+            if v + PF_CELL < n_vis:  # the container rows are in no particular order
+                prefetch(C.row[visit[v + PF_CELL] & id_mask], 0)
+            w = visit[v]
+            k = w & id_mask
+            visit[v] = k
+            vcell[v] = (w >> ID_BITS) & cell_mask
+            vstart[v] = m
+            fill[v] = m
+            m += C.row[k, C_SIZE]
+            cells[base + vcell[v]] = v  # while detecting: the visit index
     vstart[n_vis] = m
     # counting sort of the bodies by visit index: bodies are read in slot order (sequential),
     # only the cell lookup (prefetched PF_CELL bodies ahead) and the write of one compact row
@@ -756,10 +760,11 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
             fine_end = vstart[gfirst[r]]
             test_range(fine_end, vstart[gfirst[r + 1]], 0, fine_end)
-    # restore the container ids in the cells
-    for v in range(n_vis):
-        k = visit[v]
-        cells[G.base[C.row[k, C_GRID]] + C.row[k, C_CELL]] = k
+    # restore the container ids in the cells (in visit order: the cell table is walked forward)
+    for r in range(ng):
+        base = G.base[G.order[r]]
+        for v in range(gfirst[r], gfirst[r + 1]):
+            cells[base + vcell[v]] = visit[v]
     return st[1] + st[0]
 
 
