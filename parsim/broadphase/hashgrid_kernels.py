@@ -178,8 +178,8 @@ def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
 INSERT = 0
 REMOVE = 1
 MOVE = 2
-PF_CELL = 16  # prefetch distances (bodies ahead) in edit_cells' inserts and removals
-PF_ROW = 6
+PF_CELL = 16  # prefetch distances, in bodies (edit_cells, find_pairs' counting sort) or
+PF_ROW = 6    # occupied cells (find_pairs' visits) ahead
 
 
 @njit(cache=True)
@@ -272,10 +272,10 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
     # Inserts and removals: one pass lists the cell-table index of every body, a second edits,
     # prefetching (a hint, see prefetch.py) the cell-table entry of the body PF_CELL places
     # ahead and, for removals, the container row and block entry of the body PF_ROW ahead (its
-    # cell entry has arrived by then). At 1e6 bodies the cell table is 64 MB and every edit
-    # used to wait for its entry: the prefetches halve the removals and take a quarter off
-    # the inserts (2026-11-24, docs/broadphase.md). Touch rounds (below) instead of prefetches
-    # made inserts and removals 15-25 % slower at every size.
+    # cell entry has arrived by then), in chunks of CHI bodies. At 1e6 bodies the cell table
+    # is 64 MB and every edit used to wait for its entry: the prefetches halve the removals and
+    # take a quarter off the inserts (2026-11-24, docs/broadphase.md). The touch rounds used
+    # for moves (below) made inserts and removals 15-25 % slower than no rounds at all.
     #
     # Moves (the update), in chunks of CH movers: list the bodies that change cell (and copy
     # every body's AABB), touch what their edits will read in three dependent rounds
@@ -288,42 +288,45 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
     # bodies held ~6 misses to overlap per round (move pass 2.5 -> 2.0 ms, 2026-11-24).
     if op != MOVE:
         n_all = slots.shape[0]
-        at = np.empty(n_all, dtype=np.int64)  # index into cells, -1: nothing to do
-        for i in range(n_all):
-            s = slots[i]
-            g = b_grid[s]
-            if op == INSERT:
-                cx = 0.5 * (lo[s, 0] + hi[s, 0])
-                cy = 0.5 * (lo[s, 1] + hi[s, 1])
-                cz = 0.5 * (lo[s, 2] + hi[s, 2])
-                c = _cell_of(cx, cy, cz, G.inv[g], G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
-                b_cell[s] = c
-                at[i] = G.base[g] + c
-                G.clo[g, 0] = min(G.clo[g, 0], cx)
-                G.clo[g, 1] = min(G.clo[g, 1], cy)
-                G.clo[g, 2] = min(G.clo[g, 2], cz)
-                G.chi[g, 0] = max(G.chi[g, 0], cx)
-                G.chi[g, 1] = max(G.chi[g, 1], cy)
-                G.chi[g, 2] = max(G.chi[g, 2], cz)
-            else:
-                at[i] = G.base[g] + b_cell[s] if g >= 0 else -1
-        for i in range(n_all):
-            j = i + PF_CELL
-            if j < n_all and at[j] >= 0:
-                prefetch(cells, at[j])
-            j = i + PF_ROW
-            if op == REMOVE and j < n_all and at[j] >= 0:
-                prefetch(C.row[cells[at[j]]], 0)
-                prefetch(P.entries, b_entry[slots[j]])
-            if at[i] < 0:
-                continue
-            s = slots[i]
-            g = b_grid[s]
-            if op == INSERT:
-                insert(s, g, b_cell[s])
-            else:
-                remove(s, g, b_cell[s])
-                b_grid[s] = -1
+        CHI = 4096  # bodies per chunk: ``at`` stays a small, reused scratch (no page faults)
+        at = np.empty(min(n_all, CHI), dtype=np.int64)  # index into cells, -1: nothing to do
+        for i0 in range(0, n_all, CHI):
+            i1 = min(i0 + CHI, n_all)
+            for i in range(i0, i1):
+                s = slots[i]
+                g = b_grid[s]
+                if op == INSERT:
+                    cx = 0.5 * (lo[s, 0] + hi[s, 0])
+                    cy = 0.5 * (lo[s, 1] + hi[s, 1])
+                    cz = 0.5 * (lo[s, 2] + hi[s, 2])
+                    c = _cell_of(cx, cy, cz, G.inv[g], G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
+                    b_cell[s] = c
+                    at[i - i0] = G.base[g] + c
+                    G.clo[g, 0] = min(G.clo[g, 0], cx)
+                    G.clo[g, 1] = min(G.clo[g, 1], cy)
+                    G.clo[g, 2] = min(G.clo[g, 2], cz)
+                    G.chi[g, 0] = max(G.chi[g, 0], cx)
+                    G.chi[g, 1] = max(G.chi[g, 1], cy)
+                    G.chi[g, 2] = max(G.chi[g, 2], cz)
+                else:
+                    at[i - i0] = G.base[g] + b_cell[s] if g >= 0 else -1
+            for i in range(i0, i1):
+                j = i - i0 + PF_CELL
+                if j < i1 - i0 and at[j] >= 0:
+                    prefetch(cells, at[j])
+                j = i - i0 + PF_ROW
+                if op == REMOVE and j < i1 - i0 and at[j] >= 0:
+                    prefetch(C.row[cells[at[j]]], 0)
+                    prefetch(P.entries, b_entry[slots[i0 + j]])
+                if at[i - i0] < 0:
+                    continue
+                s = slots[i]
+                g = b_grid[s]
+                if op == INSERT:
+                    insert(s, g, b_cell[s])
+                else:
+                    remove(s, g, b_cell[s])
+                    b_grid[s] = -1
         return 0
     CH = 64
     mv = np.empty(CH, dtype=np.int64)
@@ -407,17 +410,6 @@ def clear_all(G, cells, C, P):
 # Algorithm 2: the update phase
 # ------------------------------------------------------------------------------------------
 
-@njit(cache=True, inline="always")
-def _grow_bounds(G, g, lx, ly, lz, hx, hy, hz):
-    """Grow grid g's centre bounds to include [lx, hx] x [ly, hy] x [lz, hz]."""
-    G.clo[g, 0] = min(G.clo[g, 0], lx)
-    G.clo[g, 1] = min(G.clo[g, 1], ly)
-    G.clo[g, 2] = min(G.clo[g, 2], lz)
-    G.chi[g, 0] = max(G.chi[g, 0], hx)
-    G.chi[g, 1] = max(G.chi[g, 1], hy)
-    G.chi[g, 2] = max(G.chi[g, 2], hz)
-
-
 @njit(cache=True)
 def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
     """Pass 1 of the incremental update (no mutation except grow-only centre bounds).
@@ -427,53 +419,32 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
     from the origin for its grid.
     """
     finest = G.order[0]
-    # the centre bounds of the grid of the previous body are kept in locals (a min/max through
-    # memory per body and axis was a chain of store-to-load latencies: 0.67 -> 0.3 ms per 1e5)
-    cur = -1
-    lx = ly = lz = np.inf
-    hx = hy = hz = -np.inf
-    status = OK
-    bad = -1
-    # and so are its parameters (cell size and cell size / f: one division per grid change)
-    pg = -1
-    cell_size = lower = inv = 0.0
-    bx = by = bz = np.int64(0)
+    ng = G.n[0]
+    lower = np.empty(ng)  # per grid the lower suitability bound: one division per grid
+    for g in range(ng):
+        lower[g] = G.cell[g] / f
     for i in range(slots.shape[0]):
         g = b_grid[slots[i]]
-        if g != pg:
-            pg = g
-            cell_size = G.cell[g]
-            lower = cell_size / f
-            inv = G.inv[g]
-            bx, by, bz = G.bits[g, 0], G.bits[g, 1], G.bits[g, 2]
         size = max(hi_new[i, 0] - lo_new[i, 0], hi_new[i, 1] - lo_new[i, 1],
                    hi_new[i, 2] - lo_new[i, 2])
-        if size < cell_size and (size >= lower or (g == finest and size <= 0.0)):
+        cell_size = G.cell[g]
+        if size < cell_size and (size >= lower[g] or (g == finest and size <= 0.0)):
+            inv = G.inv[g]
             cx = 0.5 * (lo_new[i, 0] + hi_new[i, 0])
             cy = 0.5 * (lo_new[i, 1] + hi_new[i, 1])
             cz = 0.5 * (lo_new[i, 2] + hi_new[i, 2])
             if max(abs(cx), abs(cy), abs(cz)) * inv > HASH_LIMIT:
-                status = NOT_HASHABLE
-                bad = i
-                break
-            out_cell[i] = _cell_of(cx, cy, cz, inv, bx, by, bz)
-            if g != cur:
-                if cur >= 0:
-                    _grow_bounds(G, cur, lx, ly, lz, hx, hy, hz)
-                cur = g
-                lx, ly, lz = G.clo[g, 0], G.clo[g, 1], G.clo[g, 2]
-                hx, hy, hz = G.chi[g, 0], G.chi[g, 1], G.chi[g, 2]
-            lx = min(lx, cx)
-            ly = min(ly, cy)
-            lz = min(lz, cz)
-            hx = max(hx, cx)
-            hy = max(hy, cy)
-            hz = max(hz, cz)
+                return NOT_HASHABLE, i
+            out_cell[i] = _cell_of(cx, cy, cz, inv, G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
+            G.clo[g, 0] = min(G.clo[g, 0], cx)
+            G.clo[g, 1] = min(G.clo[g, 1], cy)
+            G.clo[g, 2] = min(G.clo[g, 2], cz)
+            G.chi[g, 0] = max(G.chi[g, 0], cx)
+            G.chi[g, 1] = max(G.chi[g, 1], cy)
+            G.chi[g, 2] = max(G.chi[g, 2], cz)
         else:
             out_cell[i] = -1
-    if cur >= 0:
-        _grow_bounds(G, cur, lx, ly, lz, hx, hy, hz)
-    return status, bad
+    return OK, -1
 
 
 # ------------------------------------------------------------------------------------------
@@ -535,8 +506,9 @@ def containers_in_cell_order(G, C, out, tmp):
     return n, cell_bits, gfirst
 
 
-#: Mean distance in cell order between occupied cells above which find_pairs prefetches the
-#: neighbour rows of the cells ahead (32 int32 = two cache lines of the cell table).
+#: find_pairs prefetches the neighbour rows of the cells ahead in a grid whose occupied cells
+#: span more than this many cells per occupied cell in cell order (32 int32 = two cache lines
+#: of the cell table between consecutive occupied cells, on average).
 SPARSE_KEYS = 32
 
 #: A coarser grid with at most this many bodies is not probed cell by cell from every finer
@@ -682,8 +654,8 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         mx = (np.int64(1) << bx) - 1
         my = (np.int64(1) << by) - 1
         mz = (np.int64(1) << G.bits[g, 2]) - 1
-        # Occupied cells far apart in cell order (over SPARSE_KEYS cells, i.e. two cache lines
-        # of the cell table, on average): each of the five neighbour rows of a cell is a new
+        # Occupied cells far apart in cell order (spanning over SPARSE_KEYS cells each, i.e. two
+        # cache lines of the cell table between neighbours, on average): each of the five neighbour rows of a cell is a new
         # line, in a stride the hardware prefetcher misses, so the rows of the cell PF_ROW
         # visits ahead are prefetched (very polydisperse scenario: lookups 1.8 -> 1.0 ms).
         # Denser grids read lines the previous cells brought in; there the prefetches cost

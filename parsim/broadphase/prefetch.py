@@ -19,7 +19,7 @@ def prefetch(typingctx, arr, idx):
     """Hint that ``arr[idx]`` (1-d array, integer index) will be read soon."""
     if not isinstance(arr, types.Array) or arr.ndim != 1 or not isinstance(idx, types.Integer):
         return None
-    sig = types.void(arr, idx)
+    sig = types.void(arr, types.intp)  # numba casts the index (any integer type)
 
     def codegen(context, builder, signature, args):
         aryty = signature.args[0]
@@ -28,7 +28,9 @@ def prefetch(typingctx, arr, idx):
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # declare_intrinsic mangles the name for the pointer mode of the active LLVM
+        # (llvm.prefetch.p0i8 with typed pointers, .p0 with opaque ones)
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], fnty)
         # read (0), high temporal locality (3), data cache (1)
         builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()

@@ -36,3 +36,23 @@ def test_prefetch_refuses_2d_arrays():
 
     with pytest.raises(TypingError):
         bad(np.zeros((2, 2)))
+
+
+@njit(cache=True)
+def _read_with_prefetch(a, i):
+    prefetch(a, i)
+    return a[i]
+
+
+def test_prefetch_takes_any_integer_index_and_strided_arrays():
+    a = np.arange(100, dtype=np.int32)
+    assert _read_with_prefetch(a[::2], np.int32(3)) == 6
+    assert _read_with_prefetch(a, np.uint32(5)) == 5
+    assert _read_with_prefetch(a, np.int64(99)) == 99
+
+
+def test_prefetch_emits_the_llvm_intrinsic():
+    a = np.arange(10, dtype=np.float64)
+    _read_with_prefetch(a, 1)
+    llvm = _read_with_prefetch.inspect_llvm(_read_with_prefetch.signatures[-1])
+    assert "call void @llvm.prefetch" in llvm
