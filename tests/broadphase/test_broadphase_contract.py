@@ -350,3 +350,29 @@ def test_default_constructor(name):
     lo = rng.uniform(0, 10, (200, 3))
     fill(bp, model, rng.permutation(1000)[:200], lo, lo + rng.uniform(0, 2, (200, 3)))
     orc.assert_matches(bp, model, rng, 5)
+
+
+# --------------------------------------------------------------------------------------------
+# the pair buffer: sized from the previous count, retried when a step has far more pairs
+# --------------------------------------------------------------------------------------------
+@CFG
+def test_pair_count_jumping_far_beyond_the_last_one(cfg):
+    """Spread out (no pair), then all in a heap (tens of thousands of pairs), then spread out
+    again: the first buffer of the heap step is far too small, the kernel must be run again with
+    the exact size, and every step returns exactly the oracle's pairs."""
+    rng = np.random.default_rng(11)
+    n = 400
+    ids = np.arange(n, dtype=np.int64) * 3 + 7
+    spread = rng.uniform(0.0, 400.0, (n, 3))
+    heap = rng.uniform(0.0, 1.0, (n, 3))
+    bp, model = make(cfg), orc.Model()
+    fill(bp, model, ids, spread, spread + 0.5)
+    counts = []
+    for c in (spread, heap, spread, heap):
+        bp.update(ids, c, c + 0.5)
+        model.update(ids, c, c + 0.5)
+        got = bp.pairs()
+        orc.check_pair_array(got)
+        orc.assert_pairs_equal(got, model.pairs())
+        counts.append(len(got))
+    assert counts[0] < 100 < 10_000 < counts[1]
