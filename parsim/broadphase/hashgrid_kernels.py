@@ -175,6 +175,17 @@ def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
 # per-body loops that cost ~100x the work itself. The helpers are therefore closures defined
 # inside the kernel, which numba inlines with the enclosing arrays captured, not passed.
 
+@njit(cache=True, inline="always")
+def _grow_centre_bounds(clo, chi, g, cx, cy, cz):
+    """Grow grid g's grow-only bounds of the stored centres (used to clip rays) by one centre."""
+    clo[g, 0] = min(clo[g, 0], cx)
+    clo[g, 1] = min(clo[g, 1], cy)
+    clo[g, 2] = min(clo[g, 2], cz)
+    chi[g, 0] = max(chi[g, 0], cx)
+    chi[g, 1] = max(chi[g, 1], cy)
+    chi[g, 2] = max(chi[g, 2], cz)
+
+
 INSERT = 0
 REMOVE = 1
 MOVE = 2
@@ -302,12 +313,7 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
                     c = _cell_of(cx, cy, cz, G.inv[g], G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
                     b_cell[s] = c
                     at[i - i0] = G.base[g] + c
-                    G.clo[g, 0] = min(G.clo[g, 0], cx)
-                    G.clo[g, 1] = min(G.clo[g, 1], cy)
-                    G.clo[g, 2] = min(G.clo[g, 2], cz)
-                    G.chi[g, 0] = max(G.chi[g, 0], cx)
-                    G.chi[g, 1] = max(G.chi[g, 1], cy)
-                    G.chi[g, 2] = max(G.chi[g, 2], cz)
+                    _grow_centre_bounds(G.clo, G.chi, g, cx, cy, cz)
                 else:
                     at[i - i0] = G.base[g] + b_cell[s] if g >= 0 else -1
             for i in range(i0, i1):
@@ -436,12 +442,7 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
             if max(abs(cx), abs(cy), abs(cz)) * inv > HASH_LIMIT:
                 return NOT_HASHABLE, i
             out_cell[i] = _cell_of(cx, cy, cz, inv, G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
-            G.clo[g, 0] = min(G.clo[g, 0], cx)
-            G.clo[g, 1] = min(G.clo[g, 1], cy)
-            G.clo[g, 2] = min(G.clo[g, 2], cz)
-            G.chi[g, 0] = max(G.chi[g, 0], cx)
-            G.chi[g, 1] = max(G.chi[g, 1], cy)
-            G.chi[g, 2] = max(G.chi[g, 2], cz)
+            _grow_centre_bounds(G.clo, G.chi, g, cx, cy, cz)
         else:
             out_cell[i] = -1
     return OK, -1
