@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 from numba import njit
 
-from .idmap import IdMap, _bucket, map_delete, map_set
+from .idmap import IdMap, _bucket, id_extremes, map_delete, map_set
 
 
 class BroadPhaseError(ValueError):
@@ -42,8 +42,10 @@ def as_ids(ids, name: str = "ids") -> np.ndarray:
         arr = arr.reshape(1)
     if arr.ndim != 1:
         raise BroadPhaseError(f"{name} must be a 1-D array of int64 ids, got shape {arr.shape}")
-    if arr.size and arr.min() < 0:
-        raise BroadPhaseError(f"{name} must be >= 0; got {int(arr.min())}")
+    if arr.size:
+        low = int(id_extremes(arr)[0])
+        if low < 0:
+            raise BroadPhaseError(f"{name} must be >= 0; got {low}")
     return arr
 
 
@@ -237,9 +239,9 @@ class BodyStore:
         n = ids.shape[0]
         if n == self.n and n and np.array_equal(ids, self.ids[:n]):
             return np.arange(n, dtype=np.int64)  # the common case: same order as stored
-        slots = self.map.lookup(ids)
-        if n and slots.min() < 0:
-            bad = int(ids[np.argmin(slots)])
+        slots, miss = self.map.find(ids)
+        if miss >= 0:
+            bad = int(ids[miss])
             raise BroadPhaseError(f"{name} contains id {bad}, which was never added (or was removed)")
         bad = _mark_unique(slots, self._seen)
         if bad >= 0:
@@ -248,12 +250,12 @@ class BodyStore:
 
     def removal_order(self, slots: np.ndarray) -> np.ndarray:
         """The order in which to remove a batch of distinct ``slots``: descending when the batch
-        is a large share of the store (at least 1/8 and 1024 bodies). Swap-remove then moves no
+        is a large share of the store (at least 1/8 and 64 bodies). Swap-remove then moves no
         body that the batch removes anyway, and the per-slot arrays are walked from the end
         instead of at random (measured in docs/broadphase.md). Smaller batches keep the
         caller's order (scattered either way; the scan would cost more)."""
         m = slots.shape[0]
-        if m < 1024 or 8 * m < self.n:
+        if m < 64 or 8 * m < self.n:
             return slots
         out = np.empty(m, dtype=np.int64)
         _descending(slots, self._seen, self.n, out)

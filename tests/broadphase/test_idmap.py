@@ -17,6 +17,15 @@ def _check(m: IdMap, ref: dict, probe: np.ndarray) -> None:
     want = np.array([ref.get(int(i), -1) for i in probe], dtype=np.int64)
     np.testing.assert_array_equal(got, want)
     assert m.count == len(ref)
+    # find: the same slots and the index of the first absent id
+    slots, miss = m.find(probe)
+    np.testing.assert_array_equal(slots, want)
+    absent = np.flatnonzero(want < 0)
+    assert miss == (int(absent[0]) if absent.size else -1)
+    if ref:
+        present = np.array(list(ref), dtype=np.int64)
+        slots, miss = m.find(present)
+        assert miss == -1 and slots.tolist() == [ref[int(i)] for i in present]
 
 
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "hash"])
