@@ -282,11 +282,15 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
 
     # Inserts and removals: one pass lists the cell-table index of every body, a second edits,
     # prefetching (a hint, see prefetch.py) the cell-table entry of the body PF_CELL places
-    # ahead and, for removals, the container row and block entry of the body PF_ROW ahead (its
-    # cell entry has arrived by then), in chunks of CHI bodies. At 1e6 bodies the cell table
-    # is 64 MB and every edit used to wait for its entry: the prefetches halve the removals and
-    # take a quarter off the inserts (2026-11-24, docs/broadphase.md). The touch rounds used
-    # for moves (below) made inserts and removals 15-25 % slower than no rounds at all.
+    # ahead and the container row of the body PF_ROW ahead (its cell entry has arrived by
+    # then; for an insert only if the cell is occupied), for removals also its block entry, in
+    # chunks of CHI bodies. At 1e6 bodies the cell table is 64 MB and every edit used to wait
+    # for its entry: the prefetches halve the removals and take a quarter off the inserts
+    # (2026-11-24, docs/broadphase.md). The insert's row prefetch, with one loop per
+    # operation (a shared loop with both kinds of prefetch slowed the removals by 20 %),
+    # took the insert pass at 1e6 from 64-71 to 36-39 ns per body into a grid already
+    # allocated. The touch rounds used for moves (below) made inserts and removals 15-25 %
+    # slower than no rounds at all.
     #
     # Moves (the update), in chunks of CH movers: list the bodies that change cell (and copy
     # every body's AABB), touch what their edits will read in three dependent rounds
@@ -316,22 +320,31 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
                     _grow_centre_bounds(G.clo, G.chi, g, cx, cy, cz)
                 else:
                     at[i - i0] = G.base[g] + b_cell[s] if g >= 0 else -1
-            for i in range(i0, i1):
-                j = i - i0 + PF_CELL
-                if j < i1 - i0 and at[j] >= 0:
-                    prefetch(cells, at[j])
-                j = i - i0 + PF_ROW
-                if op == REMOVE and j < i1 - i0 and at[j] >= 0:
-                    prefetch(C.row[cells[at[j]]], 0)
-                    prefetch(P.entries, b_entry[slots[i0 + j]])
-                if at[i - i0] < 0:
-                    continue
-                s = slots[i]
-                g = b_grid[s]
-                if op == INSERT:
-                    insert(s, g, b_cell[s])
-                else:
-                    remove(s, g, b_cell[s])
+            if op == INSERT:
+                for i in range(i0, i1):
+                    j = i - i0 + PF_CELL
+                    if j < i1 - i0:
+                        prefetch(cells, at[j])
+                    j = i - i0 + PF_ROW
+                    if j < i1 - i0:
+                        kj = cells[at[j]]
+                        if kj >= 0:  # an occupied cell: its container row is read too
+                            prefetch(C.row[kj], 0)
+                    s = slots[i]
+                    insert(s, b_grid[s], b_cell[s])
+            else:
+                for i in range(i0, i1):
+                    j = i - i0 + PF_CELL
+                    if j < i1 - i0 and at[j] >= 0:
+                        prefetch(cells, at[j])
+                    j = i - i0 + PF_ROW
+                    if j < i1 - i0 and at[j] >= 0:
+                        prefetch(C.row[cells[at[j]]], 0)
+                        prefetch(P.entries, b_entry[slots[i0 + j]])
+                    if at[i - i0] < 0:
+                        continue
+                    s = slots[i]
+                    remove(s, b_grid[s], b_cell[s])
                     b_grid[s] = -1
         return 0
     CH = 64
