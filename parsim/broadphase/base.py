@@ -123,31 +123,42 @@ def check_unique(ids: np.ndarray, name: str = "ids") -> None:
 def _swap_remove(keys, vals, ids_arr, lo, hi, n, slots, move_src, move_dst):
     """Remove the bodies at ``slots`` (distinct, valid) by moving the last body into each hole.
 
-    Writes the moves in the order applied (``move_src[k] -> move_dst[k]``, -1 where none) and
-    returns the new body count. Reads/writes ids_arr, lo, hi and the id map.
+    Writes the moves actually made, in the order applied (``move_src[k] -> move_dst[k]``,
+    k < the returned count; the rest of the arrays is left untouched, so that large fresh
+    arrays cost no page faults where nothing moves) and returns (new body count, moves).
+    Reads/writes ids_arr, lo, hi and the id map.
     """
-    # Slots are given for the state before any removal; a later slot may be moved by an
-    # earlier removal, so track where each original slot currently is via the id.
-    for k in range(slots.shape[0]):
-        move_src[k] = -1
-        move_dst[k] = -1
-    # Resolve ids first: ids of bodies to remove, by their original slot.
     m = slots.shape[0]
-    rm_ids = np.empty(m, dtype=np.int64)
-    for k in range(m):
-        rm_ids[k] = ids_arr[slots[k]]
+    # Slots are given for the state before any removal; a later slot may be moved by an
+    # earlier removal, so its current slot is found through its id, resolved first. Not so
+    # in descending order (large batches, see removal_order): a removal moves the last body,
+    # which sits above every slot still to come, so those slots still hold their bodies.
+    descending = True
+    for k in range(1, m):
+        if slots[k] >= slots[k - 1]:
+            descending = False
+            break
+    rm_ids = np.empty(0 if descending else m, dtype=np.int64)
+    if not descending:
+        for k in range(m):
+            rm_ids[k] = ids_arr[slots[k]]
     direct = keys.shape[0] == 0
     mask = keys.shape[0] - 1
+    moves = 0
     for k in range(m):
-        key = rm_ids[k]
-        # current slot of this id
-        if direct:
-            s = vals[key]
+        if descending:
+            s = slots[k]
+            key = ids_arr[s]
         else:
-            b = _bucket(key, mask)
-            while keys[b] != key:
-                b = (b + 1) & mask
-            s = vals[b]
+            key = rm_ids[k]
+            # current slot of this id
+            if direct:
+                s = vals[key]
+            else:
+                b = _bucket(key, mask)
+                while keys[b] != key:
+                    b = (b + 1) & mask
+                s = vals[b]
         last = n - 1
         if s != last:
             ids_arr[s] = ids_arr[last]
@@ -155,11 +166,12 @@ def _swap_remove(keys, vals, ids_arr, lo, hi, n, slots, move_src, move_dst):
                 lo[s, d] = lo[last, d]
                 hi[s, d] = hi[last, d]
             map_set(keys, vals, ids_arr[s], s)
-            move_src[k] = last
-            move_dst[k] = s
+            move_src[moves] = last
+            move_dst[moves] = s
+            moves += 1
         map_delete(keys, vals, key)
         n -= 1
-    return n
+    return n, moves
 
 
 @njit(cache=True)
@@ -308,10 +320,10 @@ class BodyStore:
         m = slots.shape[0]
         src = np.empty(m, dtype=np.int64)
         dst = np.empty(m, dtype=np.int64)
-        self.n = _swap_remove(self.map.keys, self.map.vals, self.ids, self.lo, self.hi,
-                              self.n, slots, src, dst)
+        self.n, moves = _swap_remove(self.map.keys, self.map.vals, self.ids, self.lo, self.hi,
+                                     self.n, slots, src, dst)
         self.map.count -= m
-        return src, dst
+        return src[:moves], dst[:moves]
 
 
 # --------------------------------------------------------------------------------------------
