@@ -47,6 +47,10 @@ class HierarchicalHashGrid(BroadPhase):
         Algorithm 2 (re-hash only what changed) or clear-and-re-insert on every ``update``.
     """
 
+    # a grid grows to at most 2**_max_cell_bits cells (4 GiB of int32 cell table at 30); more
+    # bodies in one grid than that allows raise BroadPhaseError (tests lower the limit)
+    _max_cell_bits = 30
+
     def __init__(self, hierarchy_factor: float = 2.0, initial_cells: int = 16,
                  min_grid_density: float = 8, activation_threshold: int = 32,
                  update_strategy: str = "incremental"):
@@ -158,16 +162,21 @@ class HierarchicalHashGrid(BroadPhase):
         self._P = new_p
 
     # ---- grid assignment and growth -------------------------------------------------------------
-    def _assign(self, lo, hi, idx) -> np.ndarray:
-        """Grid of each body idx[i] of lo/hi (Algorithm 3); rolls back created grids on error."""
+    def _assign(self, lo, hi, idx, leaving=None) -> np.ndarray:
+        """Grid of each body idx[i] of lo/hi (Algorithm 3). ``leaving``: the grids the same
+        bodies leave (an update), if any. Raises, with created grids rolled back and nothing
+        else changed, if a body cannot be hashed or a grid would outgrow its cell limit."""
         out = np.empty(idx.shape[0], dtype=np.int64)
         n_before = int(self._G.n[0])
         order_before = self._G.order.copy()
         status, i = K.assign_grids(lo, hi, idx, out, self._G, self.hierarchy_factor, self._init_bits)
-        if status != K.OK:
+        full = self._overfull(out, leaving) if status == K.OK else -1
+        if status != K.OK or full >= 0:
             self._G.n[0] = n_before
             self._G.order[:] = order_before
             self._G.rank[order_before[:n_before]] = np.arange(n_before)
+            if full >= 0:
+                self._raise_too_many_cells(full)
             j = int(idx[i])
             if status == K.TOO_MANY_GRIDS:
                 raise BroadPhaseError(
@@ -175,6 +184,27 @@ class HierarchicalHashGrid(BroadPhase):
                     f"{K.MAX_GRIDS} grids; body sizes span too many hierarchy levels")
             self._raise_not_hashable(lo, hi, j)
         return out
+
+    def _overfull(self, grids, leaving) -> int:
+        """A grid that would need more than 2**_max_cell_bits cells (or its first size, if
+        larger) once bodies enter ``grids`` and leave ``leaving``, else -1. Checked before
+        anything is stored, so that the error leaves the structure as it was; free unless the
+        bodies are many (each grid holds at most all of them)."""
+        if self.bodies.n + grids.shape[0] <= (1 << self._max_cell_bits) / self.min_grid_density:
+            return -1
+        G = self._G
+        ng = int(G.n[0])
+        target = G.count[:ng] + np.bincount(grids, minlength=ng)[:ng]
+        if leaving is not None:
+            target = target - np.bincount(leaving, minlength=ng)[:ng]
+        bits = np.maximum(G.bits[:ng].sum(axis=1), self._max_cell_bits)
+        full = np.flatnonzero(target > np.ldexp(1.0, bits) / self.min_grid_density)
+        return int(full[0]) if full.size else -1
+
+    def _raise_too_many_cells(self, g) -> None:
+        raise BroadPhaseError(
+            f"grid {g} (cell size {self._G.cell[g]!r}) would exceed 2**{self._max_cell_bits} "
+            "cells; lower min_grid_density or split the domain over more ranks")
 
     def _raise_not_hashable(self, lo, hi, j) -> None:
         centre = 0.5 * (lo[j] + hi[j])
@@ -205,10 +235,8 @@ class HierarchicalHashGrid(BroadPhase):
         bits = [list(b) for b in old_bits]
         for g in range(ng):
             while target[g] > (1 << sum(bits[g])) / self.min_grid_density:
-                if sum(bits[g]) >= 30:
-                    raise BroadPhaseError(
-                        f"grid {g} (cell size {G.cell[g]!r}) would exceed 2**30 cells; "
-                        "lower min_grid_density or split the domain over more ranks")
+                if sum(bits[g]) >= self._max_cell_bits:  # refused by _assign already
+                    self._raise_too_many_cells(g)
                 bits[g] = [b + 1 for b in bits[g]]
         grown = [bits[g] != old_bits[g] for g in range(ng)]
         new = [b < 0 for b in old_base]
@@ -305,7 +333,7 @@ class HierarchicalHashGrid(BroadPhase):
             return
         if self.update_strategy == "reinsert":
             idx = np.arange(slots.shape[0], dtype=np.int64)
-            grids = self._assign(lo, hi, idx)
+            grids = self._assign(lo, hi, idx, self._b_grid[slots])
             b.lo[slots] = lo
             b.hi[slots] = hi
             K.clear_all(self._G, self._cells, self._C, self._P)
@@ -319,7 +347,7 @@ class HierarchicalHashGrid(BroadPhase):
             self._raise_not_hashable(lo, hi, i)
         changers = np.flatnonzero(new_cell < 0)
         if changers.size:
-            grids = self._assign(lo, hi, changers)
+            grids = self._assign(lo, hi, changers, self._b_grid[slots[changers]])
         self._edit(K.MOVE, slots, new_cell, lo, hi)
         if changers.size:
             moving = slots[changers]

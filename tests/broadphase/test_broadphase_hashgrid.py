@@ -312,6 +312,44 @@ def test_grid_growth_through_updates():
     assert info["dims"].tolist() == [[8, 8, 8], [8, 8, 8]]
 
 
+@pytest.mark.parametrize("strategy", ["incremental", "reinsert"])
+def test_a_grid_beyond_its_cell_limit_is_refused_and_nothing_changes(strategy):
+    # the cell limit lowered to 2**12 for the test: a grid holds at most 4096 / 8 = 512 bodies.
+    # Every refused call (activation, add, update, with a grid created on the way) raises
+    # before anything changes: same answers, same grids, and the structure keeps working.
+    from parsim.broadphase import BroadPhaseError
+
+    t = Tracker(16, activation_threshold=32, initial_cells=4, min_grid_density=8,
+                update_strategy=strategy)
+    t.bp._max_cell_bits = 12
+    lo, hi = cubes(t.rng, 600, 1.0, 60.0)          # small bodies: one grid
+    blo, bhi = cubes(t.rng, 300, 8.0, 60.0)        # large ones: a coarser grid
+    glo, ghi = cubes(t.rng, 1, 200.0, 10.0)        # a giant: a grid of its own
+    too_many = r"grid \d+ \(cell size .*\) would exceed 2\*\*12 cells; lower min_grid_density"
+    t.add(np.arange(20), lo[:20], hi[:20])         # below the activation threshold
+    with pytest.raises(BroadPhaseError, match=too_many):
+        t.bp.add(np.arange(20, 600), lo[20:], hi[20:])
+    assert not t.bp.active and grid_info(t.bp)["cell_size"].size == 0
+    t.check()
+    t.add(np.arange(20, 500), lo[20:500], hi[20:500])
+    t.add(np.arange(1000, 1300), blo, bhi)
+    before = grid_info(t.bp)
+    assert before["n_bodies"].tolist() == [500, 300]
+    ids = np.concatenate([[2000], np.arange(500, 600)])
+    with pytest.raises(BroadPhaseError, match=too_many):  # the giant's new grid is rolled back
+        t.bp.add(ids, np.concatenate([glo, lo[500:]]), np.concatenate([ghi, hi[500:]]))
+    c = 0.5 * (blo + bhi)
+    with pytest.raises(BroadPhaseError, match=too_many):  # 100 large bodies shrink: 600 small
+        t.bp.update(np.arange(1000, 1100), c[:100] - 0.5, c[:100] + 0.5)
+    for k, v in grid_info(t.bp).items():
+        np.testing.assert_array_equal(v, before[k])
+    t.check(n_queries=4)
+    t.update(np.arange(1000, 1010), c[:10] - 0.5, c[:10] + 0.5)  # 510 fit
+    t.add([2000], glo, ghi)
+    assert grid_info(t.bp)["n_bodies"].tolist() == [510, 290, 1]
+    t.remove(np.arange(0, 500, 2), n_queries=3)
+
+
 # --------------------------------------------------------------------------------------------
 # correctness in every setting
 # --------------------------------------------------------------------------------------------
