@@ -241,7 +241,9 @@ class BodyStore:
             cap *= 2
         for name in ("ids", "lo", "hi", "_seen"):
             old = getattr(self, name)
-            new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+            # only [:n] is ever read, except the flags, which must start clear: np.empty for
+            # the rest, so that capacity not used yet costs no page faults
+            new = (np.zeros if name == "_seen" else np.empty)((cap,) + old.shape[1:], dtype=old.dtype)
             new[: self.n] = old[: self.n]
             setattr(self, name, new)
         return True

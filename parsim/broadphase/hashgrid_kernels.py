@@ -67,12 +67,15 @@ def new_grid_table() -> GridTable:
 
 
 def new_containers(cap: int) -> Containers:
-    return Containers(np.zeros((cap, C_COLS), np.int32), np.zeros(1, np.int64))
+    # rows are written when a container is created (rows >= n are never read): np.empty, so
+    # that capacity not used yet costs no page faults
+    return Containers(np.empty((cap, C_COLS), np.int32), np.zeros(1, np.int64))
 
 
 def new_pool(cap_blocks: int) -> BlockPool:
-    return BlockPool(np.zeros(cap_blocks * BLOCK, np.int32), np.zeros(cap_blocks, np.int32),
-                     np.zeros(cap_blocks, np.int32), np.array([0, -1], np.int64))
+    # blocks are written when allocated (entries, next, prev): np.empty as above
+    return BlockPool(np.empty(cap_blocks * BLOCK, np.int32), np.empty(cap_blocks, np.int32),
+                     np.empty(cap_blocks, np.int32), np.array([0, -1], np.int64))
 
 
 # ------------------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class HierarchicalHashGrid(BroadPhase):
         cap = self.bodies.capacity
         for name in ("_b_grid", "_b_cell", "_b_entry"):
             old = getattr(self, name)
-            new = np.full(cap, -1, dtype=old.dtype) if name == "_b_grid" else np.zeros(cap, old.dtype)
+            new = np.full(cap, -1, dtype=old.dtype) if name == "_b_grid" else np.empty(cap, old.dtype)
             new[: old.shape[0]] = old
             setattr(self, name, new)
         old_c = self._C
