@@ -528,6 +528,11 @@ def containers_in_cell_order(G, C, out, tmp):
 #: of the cell table between consecutive occupied cells, on average).
 SPARSE_KEYS = 32
 
+#: The four rows of three x cells among the 13 half neighbours of a cell, as (dy, dz):
+#: (1, 0), (-1, 1), (0, 1), (1, 1) (the 13th cell, +x, is in the cell's own row).
+ROW_DY = np.array([1, -1, 0, 1], dtype=np.int64)
+ROW_DZ = np.array([0, 1, 1, 1], dtype=np.int64)
+
 #: A coarser grid with at most this many bodies is not probed cell by cell from every finer
 #: body; its bodies are tested against all finer bodies instead (a contiguous, branch-free scan
 #: costs ~1 ns per test, a probe of the usual 8 cells tens of ns per finer body).
@@ -671,12 +676,12 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
         mx = (np.int64(1) << bx) - 1
         my = (np.int64(1) << by) - 1
         mz = (np.int64(1) << G.bits[g, 2]) - 1
-        # Occupied cells far apart in cell order (spanning over SPARSE_KEYS cells each, i.e. two
-        # cache lines of the cell table between neighbours, on average): each of the five neighbour rows of a cell is a new
-        # line, in a stride the hardware prefetcher misses, so the rows of the cell PF_ROW
-        # visits ahead are prefetched (very polydisperse scenario: lookups 1.8 -> 1.0 ms).
-        # Denser grids read lines the previous cells brought in; there the prefetches cost
-        # more than they save.
+        # Occupied cells far apart in cell order (spanning over SPARSE_KEYS cells each, i.e.
+        # two cache lines of the cell table between neighbours, on average): each of the five
+        # neighbour rows of a cell is a new line, in a stride the hardware prefetcher misses,
+        # so the rows of the cell PF_ROW visits ahead are prefetched (very polydisperse
+        # scenario: lookups 1.8 -> 1.0 ms). Denser grids read lines the previous cells brought
+        # in; there the prefetches cost more than they save.
         nv = gfirst[r + 1] - gfirst[r]
         sparse = nv > 1 and vcell[gfirst[r + 1] - 1] - vcell[gfirst[r]] > SPARSE_KEYS * nv
         for v0 in range(gfirst[r], gfirst[r + 1], CHV):
@@ -697,9 +702,8 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
                     pz = cp >> bxy
                     prefetch(cells, base + cp)
                     for q in range(4):
-                        dy = 1 if q == 0 or q == 3 else (-1 if q == 1 else 0)
-                        dz = 0 if q == 0 else 1
-                        prefetch(cells, base + ((((py + dy) & my) << bx) | (((pz + dz) & mz) << bxy)) + px)
+                        prow = (((py + ROW_DY[q]) & my) << bx) | (((pz + ROW_DZ[q]) & mz) << bxy)
+                        prefetch(cells, base + prow + px)
                 cell = vcell[v]
                 ix = cell & mx
                 iy = (cell >> bx) & my
@@ -714,9 +718,8 @@ def find_pairs(ids, lo, hi, n_slots, b_grid, b_cell, G, cells, C, visit, vstart,
                     k += 1
                 inner = xm < ix and ix < xp
                 for q in range(4):
-                    dy = 1 if q == 0 or q == 3 else (-1 if q == 1 else 0)
-                    dz = 0 if q == 0 else 1
-                    row = base + ((((iy + dy) & my) << bx) | (((iz + dz) & mz) << bxy))
+                    row = base + ((((iy + ROW_DY[q]) & my) << bx)
+                                  | (((iz + ROW_DZ[q]) & mz) << bxy))
                     ca = cells[row + xm]
                     cb = cells[row + ix]
                     cc = cells[row + xp]
