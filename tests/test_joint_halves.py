@@ -269,8 +269,9 @@ def _verdict(comm, ok: bool, what: str):
 @pytest.mark.parametrize("periodic", [False, True], ids=["walled", "periodic"])
 @pytest.mark.parametrize("box", [False, True], ids=["spheres", "one_capsule"])
 def test_ranks_joint_pass_bitwise(comm, periodic, box):
-    """Spheres on 2..size ranks (with one capsule: the rank owning it, which changes, keeps the
-    separate halves while the others join them) give the serial run's bits."""
+    """Spheres on all ranks of the session (2, 4 or 8), with one capsule or without (the rank
+    owning it, which changes, keeps the separate halves while the others join them), give the
+    serial run's bits."""
     steps = 500
     ref = None
     if comm.rank == 0:
