@@ -2,7 +2,7 @@
 # workstation.sh): start or restart a run, and read how it ended.
 #
 # Environment:
-#   PYTHON          interpreter with parsim installed (default: python3 on PATH, or .venv/bin/python)
+#   PYTHON          interpreter with parsim installed (default: .venv/bin/python if present, else python3)
 #   PARSIM_LAUNCH   launcher of the ranks. Default: under SLURM `srun --mpi=$PARSIM_SRUN_MPI`
 #                   (PARSIM_SRUN_MPI default pmi2; use pmix or none as your site needs), else
 #                   `mpiexec -n $NRANKS` (NRANKS default 2)

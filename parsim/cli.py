@@ -2,7 +2,7 @@
 
 Subcommands:
 
-* ``run CONFIG [--output DIR] [--steps N]`` -- run a TOML configuration (:mod:`parsim.runner`);
+* ``run CONFIG [--output DIR] [--steps N] [--checkpoint-every K]`` -- run a TOML configuration (:mod:`parsim.runner`);
 * ``restart CHECKPOINT [--output DIR] [--steps N]`` -- continue from a checkpoint up to step N;
 * ``info FILE`` -- what a snapshot file, checkpoint or run directory holds;
 * ``demo`` -- the slab-decomposed broad-phase demo (:mod:`parsim.demo`).

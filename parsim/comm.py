@@ -2,7 +2,9 @@
 
 :class:`Net` wraps an ``mpi4py`` communicator, or nothing for a serial run (then no MPI is
 initialised and every call is local). Messages between neighbours are whole numpy arrays sent as
-bytes (no pickling on the hot path); only :meth:`Net.gather` (tests, small runs) pickles.
+bytes (no pickling on the hot path); only the small object collectives (:meth:`Net.gather`,
+:meth:`Net.allgather`, :meth:`Net.bcast`, the error messages of :meth:`Net.first_error` and the
+rank values of :meth:`Net.fsum_ranks`) pickle.
 
 An exchange along one axis sends one buffer down and one up and receives what the neighbours sent
 the other way. A rank that is its own neighbour (one block along a periodic axis) copies locally.

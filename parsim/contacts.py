@@ -19,12 +19,13 @@ shapes they are the contact point (midway between the surfaces) minus the centre
 restitution parameterisation the pair table stores ``kn`` per unit ``m_eff`` (see
 :mod:`parsim.materials`).
 
-Every pair is evaluated by :func:`pair_forces` from the *canonical frame* of the pair: body A at
+Every pair is evaluated by :func:`sphere_pair_forces` (or, for boxes and capsules,
+:func:`parsim.contacts_general.general_pair_forces`) from the *canonical frame* of the pair: body A at
 its stored position and B at its stored position plus the difference of their periodic image
 shifts. Two copies of the same pair (e.g. A with B's image and A's image with B) therefore see
 bit-identical inputs and produce bit-identical forces, whichever rank or slot holds them. Forces
 are then summed per body in the order of the partner's key (:func:`accumulate`), so a body's total
-force does not depend on storage order or, later, on the number of ranks.
+force does not depend on storage order or on the number of ranks.
 """
 
 from __future__ import annotations

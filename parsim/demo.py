@@ -24,13 +24,13 @@ and ``run_demo(comm_of_2_ranks, n, ...)`` simulate exactly the same bodies and r
 pair counts every step.
 
 Communication uses contiguous numpy buffers only (``Sendrecv`` of counts, then of packed body
-records as bytes; ``Allreduce`` of per-step statistics). This is the only parsim module that
-imports mpi4py, and it imports it lazily: ``comm=None`` runs serially without MPI.
+records as bytes; ``Allreduce`` of per-step statistics). It imports mpi4py lazily, like
+:mod:`parsim.comm`: ``comm=None`` runs serially without MPI.
 
 Limits. Shadows are exchanged with the two neighbour slabs only, so a slab must be at least as wide
 as the largest body half-extent (:data:`HALF_EXTENT_MAX`); :func:`run_demo` refuses thinner slabs.
 The initial placement generates every uid on every rank and keeps the ones in its slab (O(total
-bodies) once, in chunks): fine for a demo, not how the engine will read a checkpoint.
+bodies) once, in chunks): fine for a demo; the engine's configs build their bodies rank-locally (``docs/configs.md``).
 """
 
 from __future__ import annotations

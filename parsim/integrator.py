@@ -7,7 +7,8 @@ Translation is LAMMPS's ``nve/sphere``: half kick, drift, (forces), half kick. R
 * other bodies kick the world-frame angular momentum ``L = R I R^T w`` and rotate with the
   midpoint rule (``w`` at the half-rotated orientation), then recover ``w = R I^-1 R^T L``. Without
   torque ``L`` is exactly constant, which carries the gyroscopic term (the intermediate-axis flip
-  of a tumbling box is reproduced, see ``tests/test_engine_validation.py``).
+  of a tumbling box is reproduced, see
+  ``tests/test_engine_spheres.py::test_torque_free_asymmetric_box_keeps_angular_momentum_and_flips``).
 
 Quaternions are renormalised every step. Fixed bodies never move.
 """

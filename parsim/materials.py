@@ -1,7 +1,7 @@
 """Materials and the pairwise contact parameters derived from them.
 
 A material gives a density and the contact law parameters of the linear spring-dashpot model with
-a Cundall-Strack tangential spring (see :mod:`parsim.contact`), in one of two forms:
+a Cundall-Strack tangential spring (see :mod:`parsim.contacts`), in one of two forms:
 
 * ``stiffness`` kn [N/m] and ``damping`` gamma_n [1/s]: normal force ``kn*delta - m_eff*gamma_n*v_n``
   (the LAMMPS ``gran/hooke/history`` convention; gamma_n is per unit effective mass);

@@ -9,10 +9,12 @@ the list is rebuilt every step, i.e. plain per-step detection.
 
 A candidate is kept only if at least one of its bodies is owned (its force is needed here) and
 not both are fixed. The decision uses the pair's canonical frame (see :mod:`parsim.contacts`), so
-the two copies of a pair across a periodic seam (or, later, a rank border) are both kept or both
-dropped. Pairs are oriented A = lower uid (planes always B) and sorted by (key A, key B); the
-tangential springs of pairs that persist across a rebuild are carried over by merging the old
-and new sorted lists, keyed by the two body keys and the contact-point index.
+the two copies of a pair across a periodic seam or a rank border are both kept or both
+dropped. Pairs are oriented A = lower uid (planes always B) and listed in key order (lower key,
+then higher) or in slot order, whichever walks memory better (:func:`_key_order_is_local`); the
+order changes no result. The tangential springs of pairs that persist across a rebuild are
+carried over by merging the old and new lists sorted by their history key (uid A, uid B,
+relative unwrapped image; :func:`history_keys`), contact point by contact point.
 
 Results do not depend on when rebuilds happen: a spring is reset whenever its contact opens, and
 non-touching candidates contribute exact zeros.

@@ -24,7 +24,8 @@ written with the default (earliest) HDF5 format version: virtual datasets writte
 ``libver='latest'`` crash ParaView 5.11's reader.
 
 ``DIR/snapshots.xmf`` (XDMF 3, rewritten after every snapshot) lists the snapshots as a time
-series of Polyvertex grids with the fields uid, shape, params, velocity, angular_velocity and rank,
+series of Polyvertex grids with the fields uid, shape, params, velocity, angular_velocity, rank
+and material,
 so ParaView opens the run directly.
 """
 

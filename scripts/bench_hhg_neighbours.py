@@ -14,11 +14,12 @@ indices by wrap arithmetic on the axis indices (``_index_s`` in
             private 27 x int32 offset array per outer cell, ``cells[c + offs[oid[c], j]]``;
 ``hybrid``  inner cells use the shared linear offsets, border cells wrap (no per-cell memory).
 
-Two extra wrap variants (no memory either) show where wrap's time goes: parsim passes the 13
-offsets as a runtime array (``find_pairs(..., half, ...)``), so every neighbour loads three
-offsets; ``wrap-const`` reads them from a module-level array, which numba freezes into constants
-(the loop unrolls), and ``wrap-rows`` also wraps y and z once per neighbour row (4 rows of 3
-cells plus the +x cell).
+Two extra wrap variants (no memory either) show where wrap's time goes: ``wrap`` passes the 13
+offsets as a runtime array, so every neighbour loads three offsets; ``wrap-const`` reads them
+from a module-level array, which numba freezes into constants (the loop unrolls), and
+``wrap-rows`` also wraps y and z once per neighbour row (4 rows of 3 cells plus the +x cell).
+``wrap-rows`` is what parsim's ``find_pairs`` does now (the rows' offsets in the module-level
+``ROW_DY`` / ``ROW_DZ`` of :mod:`parsim.broadphase.hashgrid_kernels`).
 
 Data: a real ``HierarchicalHashGrid`` holding N unit boxes uniform in a cube sized for about
 two overlapping pairs per body (one grid). The timed loop is, for every occupied cell in

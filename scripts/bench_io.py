@@ -15,8 +15,8 @@ JSON`` (the driver launches them; 1 rank uses numba's default threads = all core
 thread each, as ``parsim run``) measures, after 3 warm-up steps and the neighbour-list setup:
 
 * step: median wall time of single steps (barrier before and after, ``--steps`` of them);
-* snapshot: ``SnapshotWriter.write`` (per-rank files + master file with virtual datasets + XDMF;
-  no fsync, as in ``parsim run``: the data may still be in the page cache when it returns),
+* snapshot: ``SnapshotWriter.write`` (per-rank files + master file with virtual datasets + XDMF,
+  the layout ``parsim run`` writes with an h5py built without MPI; no fsync, as in ``parsim run``: the data may still be in the page cache when it returns),
   each repeat into a fresh directory (the writer's constructor is not timed);
 * checkpoint write: ``checkpoint.write`` (parts + fsync + rename + manifest + fsync);
 * checkpoint read: ``checkpoint.read(bodies=False)`` + ``checkpoint.restore`` into a new empty

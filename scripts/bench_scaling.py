@@ -32,8 +32,9 @@ fastest repeat of each is reported (with the spread), because a shared 2-core ma
 
 Before anything runs, parsim's sources are copied to ``<tmp>/parsim-bench-<digest>/parsim`` and the
 workers import that copy (``PYTHONPATH``), so edits made to the repository during the benchmark
-cannot mix versions or trigger concurrent compilations (``--no-snapshot`` imports the installed
-parsim, e.g. on a cluster whose /tmp is node-local). A serial warm-up compiles every kernel
+cannot mix versions or trigger concurrent compilations (``--no-snapshot`` imports the
+repository's own parsim in place, or the one on ``PYTHONPATH`` if set, e.g. on a cluster whose
+/tmp is node-local). A serial warm-up compiles every kernel
 before the first multi-rank launch.
 
     NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_scaling.py            # full (~25 min)
@@ -480,7 +481,7 @@ def main() -> int:
                     help="launcher template with {n} (ranks) and {nodes}; default: "
                          "'<venv>/mpiexec -n {n}'")
     ap.add_argument("--ranks-per-node", type=int, default=0, help="for {nodes} in --launcher")
-    ap.add_argument("--no-snapshot", action="store_true", help="import the installed parsim")
+    ap.add_argument("--no-snapshot", action="store_true", help="import this repository's parsim in place (or PYTHONPATH's), no frozen copy")
     ap.add_argument("--snapshot-dir", default=tempfile.gettempdir())
     ap.add_argument("--sources", default=None,
                     help="import parsim from this directory (e.g. the snapshot of an earlier run, "
