@@ -709,9 +709,9 @@ class Simulation:
         kernels then read neighbouring rows (as LAMMPS's atom sorting). Replicated bodies
         (planes, global bodies) go to the front, in their order, and do not enter the cells.
         Changes no result: forces are summed by partner key, not by slot. Runs at the first
-        rebuild at least :attr:`sort_interval` steps after the last sort: bodies move less than half the skin between rebuilds, so
-        the order decays slowly, and a sort costs about as much as the rest of a rebuild (2 ms
-        of 13 on the 8,000-sphere gas)."""
+        rebuild at least :attr:`sort_interval` steps after the last sort: bodies move less than
+        half the skin between rebuilds, so the order decays slowly, and a sort costs about as
+        much as the rest of a rebuild (2 ms of 13 on the 8,000-sphere gas)."""
         st = self.st
         n = st.n_owned
         if n < 2 or not math.isfinite(rmax) or rmax <= 0.0:
