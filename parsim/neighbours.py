@@ -405,7 +405,10 @@ class NeighbourList:
         sum over ranks is twice the number of physical contacts: a point between two bodies kept
         here (owned, or replicated) counts 2, one with a shadow 1 (the other copy of the pair,
         on the shadow's owner or across a periodic seam, gives the other half); a point between
-        two replicated bodies (evaluated on every rank) counts on rank 0 (``root``) only."""
+        two replicated bodies (evaluated on every rank) counts on rank 0 (``root``) only, and
+        there a periodic image of a replicated body (a slot after the owned ones) counts as a
+        shadow: two global bodies touching across a seam meet as (A, image of B) and (image of
+        A, B), one half each, as on one rank."""
         return _contact_halves(self.pa, self.pb, self.hist, self.nh, self.touching, st.flags,
                                st.n_owned, root)
 
@@ -453,7 +456,7 @@ def _contact_halves(pa, pb, hist, nh, touching, flags, n_owned, root):
         rep_a = (flags[a] & REPLICATED) != 0
         rep_b = (flags[b] & REPLICATED) != 0
         if rep_a and rep_b:
-            w = 2 if root else 0
+            w = ((1 if a < n_owned else 0) + (1 if b < n_owned else 0)) if root else 0
         else:
             w = (1 if (a < n_owned or rep_a) else 0) + (1 if (b < n_owned or rep_b) else 0)
         if w == 0:

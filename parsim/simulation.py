@@ -640,9 +640,16 @@ class Simulation:
             st.wraps[moved] += k[moved].astype(np.int32)
 
     def _check_halo(self, rmax: float, skin: float) -> None:
-        """Periodic axes must be longer than twice the halo (one image of a body near a body);
-        blocks must be wider than the halo (shadows travel one block per sweep)."""
-        need = 2.0 * (2.0 * rmax + skin)
+        """Periodic axes must be longer than twice the halo (one image of a body near a body),
+        the global bodies included: on one rank they are ordinary bodies, and the same scene
+        must be refused on any number of ranks (every rank holds every global body, so all
+        decide alike); blocks must be wider than the halo of the other bodies (``rmax``; shadows
+        travel one block per sweep)."""
+        st = self.st
+        no = st.n_owned
+        big = ((st.flags[:no] & GLOBAL) != 0) & (st.shape[:no] != PLANE)
+        rper = max(rmax, float(st.bounding_radius[:no][big].max())) if big.any() else rmax
+        need = 2.0 * (2.0 * rper + skin)
         for d in np.flatnonzero(self.periodic):
             if self.box[d] <= need:
                 raise SimulationError(
@@ -933,8 +940,9 @@ class Simulation:
         (index, cause) of :func:`parsim.integrator.check_state`, if already known. Returns the
         largest ``bound`` over the ranks (carried by the same reduction)."""
         msg = self._check_local(step, found)
-        if self.check_ownership:
-            msg = msg or self._ownership_error(step)
+        if self.check_ownership:      # collective (an allgather): every rank must take part
+            owners = self._ownership_error(step)
+            msg = msg or owners
         msg, bound = self.net.first_error_and_max(msg, bound)
         if msg is not None:
             raise SimulationError(msg)

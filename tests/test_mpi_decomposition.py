@@ -207,3 +207,106 @@ def test_global_bodies_bitwise(comm, periodic):
     verdicts = run_layouts(comm, layouts, 400, periodic=periodic, scene="big")
     failed = [(layout, msg) for layout, msg in verdicts if msg is not None]
     assert verdicts and not failed, failed
+
+
+def _stop(sim, steps):
+    """(message, step) of the SimulationError that stops ``sim.run(steps)``, or (None, step)."""
+    from parsim.simulation import SimulationError
+
+    try:
+        sim.run(steps)
+    except SimulationError as e:
+        return str(e), sim.step_count
+    return None, sim.step_count
+
+
+def _same_on_every_rank(comm, value):
+    """Rank 0's value if every rank has the same, else a description of the difference."""
+    values = comm.allgather(value)
+    return values[0] if all(v == values[0] for v in values) else f"ranks differ: {values}"
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ownership_check_with_an_error_on_one_rank_stops_every_rank(comm):
+    """With ``check_ownership`` on, a body leaving the walled domain (outflow 'error') on one
+    rank stops every rank with the serial run's message at the serial run's step. (The rank that
+    found the error used to skip the ownership check's allgather and wait in the next
+    reduction while the others waited in the allgather: a hang.)"""
+
+    def scene(c):
+        sim = Simulation(dt=1e-4, domain=((0, 0, 0), (4, 4, 4)), periodic=(False,) * 3,
+                         skin=0.02, comm=c, blocks=(c.size, 1, 1) if c else None,
+                         check_ownership=True)
+        sim.add_material("m", density=1000.0, restitution=0.7, collision_time=2e-3)
+        sim.add_sphere((0.02, 2.0, 2.0), 0.1, "m", velocity=(-10.0, 0, 0))  # leaves at x < 0
+        sim.add_sphere((3.9, 2.0, 2.0), 0.1, "m")                          # the last block's
+        return sim
+
+    ref = _stop(scene(None), 100) if comm.rank == 0 else None
+    got = _same_on_every_rank(comm, _stop(scene(comm), 100))
+    ref = comm.bcast(ref, root=0)
+    assert ref[0] is not None and "left the domain" in ref[0], ref
+    assert got == ref, (got, ref)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_global_body_too_big_for_a_short_periodic_box_is_refused_on_any_rank_count(comm):
+    """A big sphere in a periodic box shorter than 2 x (its diameter + skin) is refused on one
+    rank; on several ranks, where it is a global body, the same scene must be refused alike
+    (it ran: the periodic check looked at the non-global bodies only)."""
+
+    def scene(c):
+        sim = Simulation(dt=1e-4, domain=((0, 0, 0), (2.8, 4, 4)), periodic=(True,) * 3,
+                         skin=0.05, comm=c, blocks=(c.size, 1, 1) if c else None)
+        sim.add_material("m", density=1000.0, restitution=0.7, collision_time=2e-3)
+        sim.add_sphere((1.0, 1.0, 1.0), 0.7, "m", velocity=(3.0, 1.0, 0.5))
+        for y in (0.5, 2.0, 3.5):
+            sim.add_sphere((2.3, y, 2.5), 0.15, "m", velocity=(-2, 0.5, 0.3))
+        return sim
+
+    ref = _stop(scene(None), 50) if comm.rank == 0 else None
+    sim = scene(comm)
+    assert sim.global_radius < 0.7          # the big sphere is a global body here
+    got = _same_on_every_rank(comm, _stop(sim, 50))
+    ref = comm.bcast(ref, root=0)
+    assert ref[0] is not None and "periodic axis x" in ref[0], ref
+    assert got == ref, (got, ref)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_two_global_bodies_touching_across_a_seam_are_one_contact(comm):
+    """Two big spheres (global bodies on several ranks) touching across the periodic x seam:
+    count_contacts() equals the serial count at every check (it counted them twice), and the
+    state the serial bits."""
+
+    def scene(c):
+        sim = Simulation(dt=1e-4, domain=((0, 0, 0), (8, 4, 4)), periodic=(True,) * 3,
+                         skin=0.05, comm=c, blocks=(1, c.size, 1) if c else None)
+        sim.add_material("m", density=1000.0, restitution=0.7, collision_time=2e-3)
+        # 1 mm apart across the seam, closing at 1 m/s: they touch from step 10 to about 30
+        sim.add_sphere((0.6505, 2.0, 2.0), 0.65, "m", velocity=(-0.5, 0, 0))
+        sim.add_sphere((7.3495, 2.0, 2.0), 0.65, "m", velocity=(0.5, 0, 0))
+        sim.add_sphere((4.0, 2.0, 2.0), 0.65, "m")                 # and one touching nothing
+        return sim
+
+    def counts(sim):
+        sim.run(10)
+        out = []
+        for _ in range(3):
+            sim.run(5)
+            out.append(sim.count_contacts())
+        return out, sim.state(gather=sim.net.size > 1)
+
+    ref = counts(scene(None)) if comm.rank == 0 else None
+    sim = scene(comm)
+    assert sim.global_radius < 0.65
+    got = counts(sim)
+    msg = None
+    if comm.rank == 0:
+        msg = compare(dict(ref[1], contacts=0), dict(got[1], contacts=0))
+        if got[0] != ref[0]:
+            msg = f"count_contacts() {got[0]} on {comm.size} ranks, serial {ref[0]}"
+        elif ref[0] != [1, 1, 1]:
+            msg = f"the two spheres should touch at steps 15, 20, 25: serial counts {ref[0]}"
+    msg = comm.bcast(msg, root=0)
+    assert msg is None, msg
