@@ -53,9 +53,11 @@ parsim_step() {
         $launch "$py" -m mpi4py -m parsim restart "$ck" --output "$dir" "${steps[@]}" \
             --checkpoint-every "${CHECKPOINT_EVERY:-1000}"
     else
+        # no checkpoint and not done: whatever $dir holds stopped before its first checkpoint
+        # (or failed); start it afresh (without --overwrite, parsim run refuses such a $dir)
         echo "parsim job: starting $config into $dir"
         # shellcheck disable=SC2086
-        $launch "$py" -m mpi4py -m parsim run "$config" --output "$dir" "${steps[@]}" \
+        $launch "$py" -m mpi4py -m parsim run "$config" --output "$dir" --overwrite "${steps[@]}" \
             --checkpoint-every "${CHECKPOINT_EVERY:-1000}"
     fi
 }

@@ -2,7 +2,7 @@
 
 Subcommands:
 
-* ``run CONFIG [--output DIR] [--steps N] [--checkpoint-every K]`` -- run a TOML configuration (:mod:`parsim.runner`);
+* ``run CONFIG [--output DIR] [--steps N] [--checkpoint-every K] [--overwrite]`` -- run a TOML configuration (:mod:`parsim.runner`);
 * ``restart CHECKPOINT [--output DIR] [--steps N]`` -- continue from a checkpoint up to step N;
 * ``info FILE`` -- what a snapshot file, checkpoint or run directory holds;
 * ``demo`` -- the slab-decomposed broad-phase demo (:mod:`parsim.demo`).
@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-every", type=_non_negative_int, default=None, metavar="K",
                      help="write a checkpoint every K steps and at the end (default: [output] "
                      "checkpoint_every of the config; 0: none)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace an earlier run in DIR (its snapshots, checkpoints and status; "
+                     "without this flag such a DIR is refused)")
     run.set_defaults(handler=_run)
 
     rs = commands.add_parser(
@@ -101,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import run_config
 
     return run_config(args.config, args.output, args.steps,
-                      checkpoint_every=args.checkpoint_every)
+                      checkpoint_every=args.checkpoint_every, overwrite=args.overwrite)
 
 
 def _restart(args: argparse.Namespace) -> int:

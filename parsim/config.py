@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from . import randoms
-from .shapes import SPHERE
+from .shapes import PLANE, SPHERE
 from .simulation import Simulation
 
 
@@ -54,6 +54,14 @@ class _Table:
     def err(self, key: str, msg: str) -> ConfigError:
         return ConfigError(f"{self.src}: {self.where}.{key}: {msg}")
 
+    def missing(self, key: str, what: str = "") -> ConfigError:
+        """A required field is absent; names a present unknown key that looks like a typo."""
+        import difflib
+
+        near = difflib.get_close_matches(key, [k for k in self.data if k not in self.used], 1)
+        hint = f" (the table has {near[0]!r}: a typo?)" if near else ""
+        return self.err(key, f"is required{what}{hint}")
+
     def has(self, key: str) -> bool:
         return key in self.data
 
@@ -66,7 +74,7 @@ class _Table:
         self.used.add(key)
         if key not in self.data:
             if default is None:
-                raise self.err(key, "is required")
+                raise self.missing(key)
             return default
         v = self.data[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
@@ -81,11 +89,12 @@ class _Table:
         self.used.add(key)
         if key not in self.data:
             if default is None:
-                raise self.err(key, f"is required ({n} values)")
+                raise self.missing(key, f" ({n} values)")
             return np.array(default, dtype=kind)
         v = self.data[key]
         if not isinstance(v, list) or len(v) != n or not all(
-                isinstance(x, (int, float, bool)) for x in v):
+                isinstance(x, bool) if kind is bool else
+                (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v):
             raise self.err(key, f"must be a list of {n} {'booleans' if kind is bool else 'numbers'}, got {v!r}")
         if kind is bool and not all(isinstance(x, bool) for x in v):
             raise self.err(key, f"must be a list of {n} booleans (true/false), got {v!r}")
@@ -98,7 +107,7 @@ class _Table:
         self.used.add(key)
         v = self.data.get(key, default)
         if v is None:
-            raise self.err(key, f"is required (one of {', '.join(map(repr, options))})")
+            raise self.missing(key, f" (one of {', '.join(map(repr, options))})")
         if v not in options:
             raise self.err(key, f"= {v!r}; allowed: {', '.join(map(repr, options))}")
         return v
@@ -156,9 +165,12 @@ def load(path, steps: int | None = None) -> RunConfig:
     p = Path(path)
     src = str(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{src}: cannot read the config file ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{src}: not UTF-8 text (byte {e.start}: {e.reason}); a config is a "
+                          "TOML file, which must be saved as UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -274,8 +286,12 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
                 pour(sim, rains[-1], t)
         else:
             _generate(sim, spec, t)
-    if not restart and sim.count_bodies() == 0:
-        raise ConfigError(f"{src}: the configuration creates no bodies; add a [[bodies]] generator")
+    if not restart:
+        st = sim.st
+        planes = int(np.count_nonzero(st.shape[: st.n_owned] == PLANE))  # on every rank alike
+        if sim.count_bodies() == planes:
+            raise ConfigError(f"{src}: the configuration creates no bodies (walls aside); add a "
+                              "[[bodies]] generator")
     return RunConfig(src, text, n_steps, every, progress, seed, sim, rains, ck_every, ck_keep)
 
 
@@ -317,7 +333,8 @@ def _distribution(t: _Table, key: str):
     if w is None:
         w = [1.0] * len(vals)
     if not isinstance(w, list) or len(w) != len(vals) or not all(
-            isinstance(v, (int, float)) and v >= 0 for v in w) or sum(w) <= 0:
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in w) \
+            or sum(w) <= 0:
         raise d.err("weights", f"must be {len(vals)} numbers >= 0 with a positive sum, got {w!r}")
     p = np.array(w, float) / sum(w)
     v = np.array(vals, float)
@@ -380,9 +397,14 @@ def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
     if region is None:
         region = [sim.lo.tolist(), sim.hi.tolist()]
     if (not isinstance(region, list) or len(region) != 2
-            or not all(isinstance(c, list) and len(c) == 3 for c in region)):
-        raise t.err("region", f"must be [[xlo, ylo, zlo], [xhi, yhi, zhi]], got {region!r}")
+            or not all(isinstance(c, list) and len(c) == 3 for c in region)
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                       for c in region for x in c)):
+        raise t.err("region", f"must be [[xlo, ylo, zlo], [xhi, yhi, zhi]] (numbers), got "
+                              f"{region!r}")
     rlo, rhi = np.array(region[0], float), np.array(region[1], float)
+    if not (np.isfinite(rlo).all() and np.isfinite(rhi).all()):
+        raise t.err("region", f"must be finite, got {region!r}")
     if not (rhi > rlo).all():
         raise t.err("region", "upper corner must exceed the lower corner on every axis")
     inside = (rlo >= sim.lo - 1e-12).all() and (rhi <= sim.hi + 1e-12).all()
@@ -673,10 +695,20 @@ def _read_bodies(path: Path, t: _Table, part=None):
     (an ``.npz`` archive cannot be: it is read whole and sliced)."""
     if not path.exists():
         raise t.err("path", f"file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise t.err("path", f"{str(path)!r} is a directory; give the .npz or HDF5 file in it")
     try:
         if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as f:
-                return _file_rows({k: f[k] for k in f.files}, path, t, part)
+            try:
+                with np.load(path, allow_pickle=False) as f:
+                    return _file_rows({k: f[k] for k in f.files}, path, t, part)
+            except (ValueError, OSError, EOFError) as e:
+                if isinstance(e, ConfigError):
+                    raise
+                raise t.err("path", f"{str(path)!r} is not a numpy .npz archive of plain arrays "
+                                    f"({type(e).__name__}); parsim reads the datasets position "
+                                    "and radius from an .npz written by numpy.savez, or from "
+                                    "HDF5, and never unpickles data files") from None
         import h5py
         with h5py.File(path, "r") as f:
             return _file_rows({k: f[k] for k in f.keys() if isinstance(f[k], h5py.Dataset)},
@@ -742,12 +774,12 @@ def _file_local(sim: Simulation, spec: dict, t: _Table) -> None:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise t.err("path", f"{str(path)!r} row {a + i}: the radius must be finite and > 0, "
-                                f"got {rad[i]!r}")
+                                f"got {float(rad[i])!r}")
         if bad_pos.any():
             i = int(np.flatnonzero(bad_pos)[0])
-            raise t.err("path", f"{str(path)!r} row {a + i}: position {tuple(pos[i])} is not "
-                                f"finite or lies outside the domain [{tuple(sim.lo)}, "
-                                f"{tuple(sim.hi)}) on a non-periodic axis")
+            raise t.err("path", f"{str(path)!r} row {a + i}: position {pos[i].tolist()} is not "
+                                f"finite or lies outside the domain [{sim.lo.tolist()}, "
+                                f"{sim.hi.tolist()}) on a non-periodic axis")
         if bad_vel.any():
             i = int(np.flatnonzero(bad_vel)[0])
             raise t.err("path", f"{str(path)!r} row {a + i}: the velocity and angular velocity "

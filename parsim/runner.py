@@ -234,18 +234,60 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
     return 0
 
 
-def _start(net, load_fn):
-    """(cfg, None) or (None, exit status) after reporting a config error once."""
+#: what a run writes into its directory (``docs/output.md``)
+RUN_FILES = ("snapshots.h5", "snapshots.xmf", "ranks", "checkpoints", "status")
+
+
+def _claim_output(out: Path, overwrite: bool) -> str | None:
+    """Rank 0: make ``out`` ready for a new run, or say why it cannot be (None if ready). A
+    directory holding an earlier run is refused unless ``overwrite``, which removes that run's
+    files first (and nothing else)."""
+    import shutil
+
+    if out.exists() and not out.is_dir():
+        return f"--output {out}: is a file, not a directory; choose another --output"
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if found and not overwrite:
+        return (f"--output {out}: holds an earlier run ({', '.join(found)}); nothing was "
+                f"changed. Continue it with `parsim restart {out / 'checkpoints'}/<newest>.h5`, "
+                "choose another --output, or pass --overwrite to replace it")
+    try:
+        for name in found:
+            p = out / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".parsim-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        return (f"--output {out}: cannot write there ({e.strerror or e}); choose another "
+                "--output")
+    return None
+
+
+def _start(net, load_fn, ready=None):
+    """(cfg, None) or (None, exit status) after reporting a config error once. ``ready(cfg)``:
+    a last check before anything is written (rank 0's message, if any, stops every rank)."""
     if net.size > 1:
         _prepare_ranks(net)
     cfg, err = None, None
     try:
         cfg = load_fn()
+        cfg.sim._setup()                 # the time-step check and anything else setup refuses
     except ConfigError as e:
         err = f"parsim: {e}"
     except ValueError as e:            # checkpoint errors
         err = f"parsim: {e}"
+    except SimulationError as e:
+        err = f"parsim: {cfg.path if cfg is not None else ''}: {e}"
+        if "allow_large_dt" in err:
+            err += " (in a config: [simulation] allow_large_dt = true)"
     err = net.first_error(err)
+    if err is None and ready is not None:
+        err = net.first_error(ready(cfg) if net.rank == 0 else None)
     if err is not None:
         if net.rank == 0:
             print(err, file=sys.stderr, flush=True)
@@ -254,15 +296,19 @@ def _start(net, load_fn):
 
 
 def run_config(config: str, output: str | None = None, steps: int | None = None,
-               stream=sys.stdout, checkpoint_every: int | None = None) -> int:
-    """``parsim run``: build the config's bodies and run ``steps`` steps (default: the config's)."""
+               stream=sys.stdout, checkpoint_every: int | None = None,
+               overwrite: bool = False) -> int:
+    """``parsim run``: build the config's bodies and run ``steps`` steps (default: the config's)
+    into ``output`` (default ``output/<config name>``), which must not hold an earlier run
+    unless ``overwrite``. Every check comes before anything is written."""
     from .comm import Net, auto_comm
 
     net = Net(auto_comm())
-    cfg, status = _start(net, lambda: load(config, steps))
+    out = Path(output) if output else Path("output") / Path(config).stem
+    cfg, status = _start(net, lambda: load(config, steps),
+                         lambda cfg: _claim_output(out, overwrite))
     if cfg is None:
         return status
-    out = Path(output) if output else Path("output") / Path(config).stem
     sim = cfg.sim
     writer = open_writer(out, cfg.text, cfg.path, sim)
     _say(sim, f"parsim run {config}: {sim.count_bodies()} bodies, {cfg.steps} steps of "
@@ -299,7 +345,17 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
         checkpoint.restore(cfg.sim, data, cfg.rains)
         return cfg
 
-    cfg, status = _start(net, load_fn)
+    def ready(cfg):
+        target = cfg.steps if steps is None else int(steps)
+        if target <= cfg.sim.step_count:
+            return (f"{checkpoint_path}: the checkpoint is at step {cfg.sim.step_count}, so "
+                    f"{'--steps' if steps is not None else 'the config step count'} = {target} "
+                    "leaves nothing to run (it is the total step count, not the number of "
+                    f"steps to add); pass --steps above {cfg.sim.step_count}. Nothing was "
+                    "changed")
+        return None
+
+    cfg, status = _start(net, load_fn, ready)
     if cfg is None:
         return status
     sim = cfg.sim

@@ -654,7 +654,9 @@ class Simulation:
             if self.box[d] <= need:
                 raise SimulationError(
                     f"periodic axis {'xyz'[d]}: the box length {self.box[d]:g} must exceed "
-                    f"2 x (largest body diameter + skin) = {need:g}; enlarge the domain")
+                    f"2 x (largest body diameter + skin) = 2 x ({2.0 * rper:g} + {skin:g}) = "
+                    f"{need:g}; enlarge the domain"
+                    + (" or reduce the skin" if skin > 2.0 * rper else ""))
         width = (self.hi - self.lo) / np.array(self.dec.dims)
         halo = 2.0 * rmax + skin
         for d in range(3):

@@ -1,0 +1,203 @@
+"""Bad input to ``parsim run`` / ``parsim restart``: a clear error naming the file, field or flag
+and the fix, exit status 2, and nothing written so far changed (cases found by feeding the CLI
+broken configs, files and directories)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parsim.config import ConfigError, load
+from parsim.runner import restart, run_config
+
+BASE = """
+[simulation]
+dt = 1e-4
+steps = 40
+gravity = [0.0, 0.0, -9.81]
+seed = 2
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [0.1, 0.1, 0.2]
+periodic = [true, true, false]
+
+[output]
+every = 20
+
+[[materials]]
+name = "glass"
+density = 2500.0
+restitution = 0.5
+collision_time = 2e-3
+friction = 0.5
+
+[[walls]]
+point = [0.0, 0.0, 0.0]
+normal = [0.0, 0.0, 1.0]
+material = "glass"
+"""
+
+BODIES = """
+[[bodies]]
+kind = "lattice"
+shape = "sphere"
+radius = 0.0025
+spacing = 0.01
+region = [[0.0, 0.0, 0.01], [0.1, 0.1, 0.03]]
+random_velocity = 0.05
+"""
+
+QUIET = io.StringIO()
+
+
+def _write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _digest(d: Path) -> dict:
+    """Every file under ``d`` with the sha1 of its bytes."""
+    return {str(p.relative_to(d)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _refused(capsys, code: int, *needles: str) -> str:
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished run of BASE + BODIES: snapshots at 0, 20, 40; checkpoints at 20 and 40."""
+    d = tmp_path_factory.mktemp("finished")
+    cfg = _write(d, BASE + BODIES)
+    assert run_config(str(cfg), str(d / "run"), stream=QUIET, checkpoint_every=20) == 0
+    return cfg, d / "run"
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_run_into_an_earlier_run_is_refused_and_changes_nothing(finished, tmp_path, capsys):
+    cfg, run = finished
+    d = _copy(run, tmp_path / "again")
+    before = _digest(d)
+    code = run_config(str(cfg), str(d), steps=10, stream=QUIET)
+    _refused(capsys, code, str(d), "holds an earlier run", "--overwrite", "parsim restart")
+    assert _digest(d) == before
+
+
+def test_overwrite_replaces_the_earlier_run_and_only_it(finished, tmp_path):
+    cfg, run = finished
+    d = _copy(run, tmp_path / "again")
+    (d / "notes.txt").write_text("mine")
+    assert run_config(str(cfg), str(d), steps=10, stream=QUIET, overwrite=True) == 0
+    from parsim import io as pio
+
+    with pio.open_run(d) as r:
+        assert list(r.steps) == [0, 10]
+    assert not (d / "checkpoints").exists()     # the earlier run's checkpoints are gone
+    assert (d / "notes.txt").read_text() == "mine"
+
+
+def test_output_that_is_a_file_is_refused(finished, tmp_path, capsys):
+    cfg, _ = finished
+    f = tmp_path / "afile"
+    f.write_text("keep me")
+    code = run_config(str(cfg), str(f), steps=10, stream=QUIET)
+    _refused(capsys, code, "is a file, not a directory")
+    assert f.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("steps", [20, 30, 40], ids=["at_checkpoint", "below_later", "at_end"])
+def test_restart_with_nothing_to_run_is_refused_and_changes_nothing(finished, tmp_path, capsys,
+                                                                    steps):
+    """``--steps`` is the total step count: at or below the checkpoint's step there is nothing
+    to run (it used to truncate the later snapshots and report success)."""
+    _, run = finished
+    d = _copy(run, tmp_path / "r")
+    before = _digest(d)
+    ck = sorted((d / "checkpoints").glob("checkpoint_*.h5"))[-1 if steps == 40 else 0]
+    code = restart(str(ck), steps=steps if steps != 30 else 10, stream=QUIET)
+    _refused(capsys, code, "leaves nothing to run", "--steps above")
+    assert _digest(d) == before
+
+
+def test_a_time_step_too_large_is_refused_before_anything_is_written(tmp_path, capsys):
+    cfg = _write(tmp_path, BASE.replace("dt = 1e-4", "dt = 1e-2") + BODIES)
+    code = run_config(str(cfg), str(tmp_path / "out"), stream=QUIET)
+    _refused(capsys, code, str(cfg), "dt = 0.01", "allow_large_dt = true")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", ["not_utf8", "region_text", "region_nan", "bool_in_vector",
+                                  "bool_weights", "typo", "no_bodies", "npz_not_data",
+                                  "path_is_dir"])
+def test_bad_configs_name_the_file_and_field(tmp_path, case):
+    body = BODIES
+    expect = []
+    if case == "not_utf8":
+        p = tmp_path / "c.toml"
+        p.write_bytes((BASE + "# caf\xe9\n").encode("latin-1"))
+        expect = ["not UTF-8", "UTF-8"]
+    elif case == "region_text":
+        body = BODIES.replace("[[0.0, 0.0, 0.01]", '[["a", 0.0, 0.01]')
+        expect = ["[[bodies]][0].region", "numbers"]
+    elif case == "region_nan":
+        body = BODIES.replace("[[0.0, 0.0, 0.01]", "[[nan, 0.0, 0.01]")
+        expect = ["[[bodies]][0].region", "finite"]
+    elif case == "bool_in_vector":
+        expect = ["[simulation].gravity", "numbers"]
+    elif case == "bool_weights":
+        body = BODIES + 'scale = { distribution = "choice", values = [1.0, 0.8], ' \
+                        "weights = [true, false] }\n"
+        expect = ["weights", "numbers"]
+    elif case == "typo":
+        body = BODIES.replace("radius = 0.0025", "radious = 0.0025")
+        expect = ["[[bodies]][0].radius", "'radious'", "typo"]
+    elif case == "no_bodies":
+        body = ""
+        expect = ["creates no bodies"]
+    elif case in ("npz_not_data", "path_is_dir"):
+        target = tmp_path / "data.npz"
+        if case == "npz_not_data":
+            target.write_text("not an archive")
+            expect = ["[[bodies]][0].path", "not a numpy .npz archive", "never unpickles"]
+        else:
+            target = tmp_path / "adir"
+            target.mkdir()
+            expect = ["[[bodies]][0].path", "is a directory"]
+        body = (f'[[bodies]]\nkind = "file"\nshape = "sphere"\npath = "{target.name}"\n')
+    if case != "not_utf8":
+        text = BASE + body
+        if case == "bool_in_vector":
+            text = text.replace("gravity = [0.0, 0.0, -9.81]", "gravity = [true, 0.0, -9.81]")
+        p = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load(p)
+    msg = str(e.value)
+    assert msg.startswith(str(p)), msg
+    for n in expect:
+        assert n in msg, (n, msg)
+
+
+def test_the_good_configs_of_these_cases_load(tmp_path):
+    """The cases above differ from a config that loads only in the broken part."""
+    assert load(_write(tmp_path, BASE + BODIES)).sim.count_bodies() == 1 + 200  # wall + lattice
+    np.savez(tmp_path / "data.npz", position=[[0.05, 0.05, 0.05]], radius=[0.003])
+    body = '[[bodies]]\nkind = "file"\nshape = "sphere"\npath = "data.npz"\n'
+    assert load(_write(tmp_path, BASE + body, "d.toml")).sim.count_bodies() == 1 + 1
