@@ -299,7 +299,11 @@ def _add(t: _Table, key: str, fn):
     try:
         return fn()
     except ValueError as e:
-        raise t.err(key, str(e)) from None
+        msg = str(e)
+        if "larger than the" in msg and "blocks" in msg:   # rank-local generators: no uids-free call
+            msg = msg.split("; use fewer")[0] + ("; set [domain] blocks with fewer blocks along "
+                                                 "the cut axes, or run on fewer ranks")
+        raise t.err(key, msg) from None
 
 
 def _distribution(t: _Table, key: str):

@@ -333,10 +333,12 @@ class Simulation:
                 raise ValueError(f"{name} uids must be unique")
             if (flags & GLOBAL).any() and not shared_global:
                 i = int(np.flatnonzero(flags & GLOBAL)[0])
-                raise ValueError(f"{name} uid {uid[i]} (bounding radius {rb[i]:.4g}) is larger "
-                                 f"than the blocks allow ({self.global_radius:.4g}); bodies "
-                                 "that every rank must know are added by a collective call "
-                                 "without uids")
+                raise ValueError(
+                    f"{name} uid {uid[i]} (bounding radius {rb[i]:.4g}) is larger than the "
+                    f"blocks {list(self.dec.dims)} allow for a body added by one rank alone "
+                    f"({self.global_radius:.4g}, a quarter of the narrowest block); use fewer "
+                    "blocks along the cut axes (or fewer ranks), or add such big bodies by a "
+                    "collective call without uids, which makes them global bodies")
         self._clear_shadows()
         wraps = np.zeros((n, 3), dtype=np.int32)
         if self.periodic.any():

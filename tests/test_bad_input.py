@@ -201,3 +201,20 @@ def test_the_good_configs_of_these_cases_load(tmp_path):
     np.savez(tmp_path / "data.npz", position=[[0.05, 0.05, 0.05]], radius=[0.003])
     body = '[[bodies]]\nkind = "file"\nshape = "sphere"\npath = "data.npz"\n'
     assert load(_write(tmp_path, BASE + body, "d.toml")).sim.count_bodies() == 1 + 1
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bodies_too_big_for_the_blocks_name_the_config_fix(mpi_tmp_path):
+    """A lattice of bodies wider than a quarter of a block: every rank refuses the config with
+    the [domain] blocks advice (it used to suggest an API call a config cannot make)."""
+    text = (BASE.replace('periodic = [true, true, false]', 'walls = true')
+            .split("[[walls]]")[0]
+            + '[[bodies]]\nkind = "lattice"\nshape = "sphere"\nradius = 0.02\nspacing = 0.05\n'
+              'region = [[0.0, 0.0, 0.0], [0.1, 0.1, 0.1]]\n')
+    p = mpi_tmp_path / "thin.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load(p)
+    msg = str(e.value)
+    assert "[[bodies]][0]" in msg and "larger than the blocks" in msg, msg
+    assert "[domain] blocks" in msg and "collective call" not in msg, msg
