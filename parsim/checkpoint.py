@@ -267,6 +267,40 @@ def _read_history(g) -> np.ndarray:
     return out
 
 
+def _read_part(data: dict, r: int, bodies_of, history_of):
+    """``(bodies_of(f), history_of(f))`` of the part of rank ``r``, after checking that it is
+    there, readable, that checkpoint's part, and holds the counts the manifest says."""
+    p = part_path(data["path"], r)
+    if not p.exists():
+        raise CheckpointError(f"{data['path']}: its part {p} is missing; the checkpoint is "
+                              "incomplete (use an earlier one)")
+    try:
+        with h5py.File(p, "r") as f:
+            if f.attrs.get("format") != PART_FORMAT or int(f.attrs["step"]) != int(data["step"]):
+                raise CheckpointError(f"{p}: not the part of rank {r} of {data['path']}")
+            b = bodies_of(f)
+            h = history_of(f)
+            nb = f["bodies/uid"].shape[0]
+            nh = f["history/u"].shape[0]
+    except OSError as e:
+        raise CheckpointError(f"{p}: not a readable HDF5 file ({e}); use an earlier "
+                              "checkpoint") from None
+    except (KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{p}: damaged checkpoint part ({type(e).__name__}: {e})") \
+            from None
+    if nb != data["part_bodies"][r] or nh != data["part_history"][r]:
+        raise CheckpointError(f"{p}: holds {nb} bodies and {nh} springs, the manifest says "
+                              f"{data['part_bodies'][r]} and {data['part_history'][r]}")
+    return b, h
+
+
+def check_parts(data: dict) -> None:
+    """Raise :class:`CheckpointError` if a part file of the manifest ``data`` is missing,
+    unreadable, foreign or holds other counts than the manifest says (reads no bodies)."""
+    for r in range(int(data["ranks"])):
+        _read_part(data, r, lambda f: None, lambda f: None)
+
+
 def load_parts(data: dict, ranks, keep=None) -> tuple[np.ndarray, np.ndarray]:
     """(bodies sorted by uid, springs without duplicates) of the manifest's replicated bodies
     and the parts ``ranks``; ``keep(bodies) -> bool mask`` selects bodies part by part (the
@@ -276,27 +310,7 @@ def load_parts(data: dict, ranks, keep=None) -> tuple[np.ndarray, np.ndarray]:
     if keep is not None:
         bodies[0] = bodies[0][keep(bodies[0])]
     for r in ranks:
-        p = part_path(data["path"], r)
-        if not p.exists():
-            raise CheckpointError(f"{data['path']}: its part {p} is missing; the checkpoint is "
-                                  "incomplete (use an earlier one)")
-        try:
-            with h5py.File(p, "r") as f:
-                if f.attrs.get("format") != PART_FORMAT or int(f.attrs["step"]) != \
-                        int(data["step"]):
-                    raise CheckpointError(f"{p}: not the part of rank {r} of {data['path']}")
-                b = _read_bodies(f)
-                h = _read_history(f)
-        except OSError as e:
-            raise CheckpointError(f"{p}: not a readable HDF5 file ({e}); use an earlier "
-                                  "checkpoint") from None
-        except (KeyError, ValueError, TypeError) as e:
-            raise CheckpointError(f"{p}: damaged checkpoint part ({type(e).__name__}: {e})") \
-                from None
-        if b.size != data["part_bodies"][r] or h.size != data["part_history"][r]:
-            raise CheckpointError(f"{p}: holds {b.size} bodies and {h.size} springs, the "
-                                  f"manifest says {data['part_bodies'][r]} and "
-                                  f"{data['part_history'][r]}")
+        b, h = _read_part(data, r, _read_bodies, _read_history)
         if keep is not None:
             b = b[keep(b)]
         bodies.append(b)

@@ -133,7 +133,8 @@ def describe(path) -> str:
     if p.is_dir():
         lines = [describe(p / "snapshots.h5")] if (p / "snapshots.h5").exists() else []
         cks = checkpoint.checkpoints_in(p)
-        lines.append(f"checkpoints: {len(cks)}" + "".join(f"\n  {c.name}" for c in cks))
+        lines.append(f"checkpoints: {len(cks)}" + "".join(f"\n  {c.name}{_damage(c)}"
+                                                          for c in cks))
         if (p / "status").exists():
             lines.append(f"status: {(p / 'status').read_text().strip()}")
         return "\n".join(lines)
@@ -146,6 +147,7 @@ def describe(path) -> str:
         raise OutputError(f"{p}: not a readable HDF5 file ({e})") from None
     if fmt == checkpoint.FORMAT:
         d = checkpoint.read(p, bodies=False)
+        checkpoint.check_parts(d)          # a missing or truncated part is an error here too
         shapes = d["shape_counts"]
         springs = f"{int(d['part_history'].sum())}" + (" (a contact across ranks counts on both)"
                                                       if int(d["ranks"]) > 1 else "")
@@ -160,6 +162,8 @@ def describe(path) -> str:
             f"config ({d['config_path'] or 'scripted'}):\n" + _indent(d["config"])])
     with Run(p) as run:
         steps = run.steps
+        for s in steps:                    # every per-rank file behind every snapshot
+            run._check_sources(run._f["snapshots"][f"{s:010d}"])
         lines = [f"{p}: parsim snapshots, format version "
                  f"{int(run._f.attrs['format_version'])}, parsim {run._f.attrs.get('parsim_version')}",
                  f"snapshots: {len(steps)} at steps {_steps_text(steps)}"]
@@ -179,6 +183,18 @@ def describe(path) -> str:
                 f"{k} {v['min']:.2f}/{v['mean']:.2f}/{v['max']:.2f}" for k, v in t.items()))
         lines.append("config:\n" + _indent(run.config))
     return "\n".join(lines)
+
+
+def _damage(path) -> str:
+    """'' for a checkpoint that :func:`parsim.checkpoint.read` and its parts accept, else why
+    not (for the listing of a run directory)."""
+    from . import checkpoint
+
+    try:
+        checkpoint.check_parts(checkpoint.read(path, bodies=False))
+    except ValueError as e:
+        return f"  (UNUSABLE: {e})"
+    return ""
 
 
 def _steps_text(steps) -> str:

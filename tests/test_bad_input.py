@@ -218,3 +218,24 @@ def test_bodies_too_big_for_the_blocks_name_the_config_fix(mpi_tmp_path):
     msg = str(e.value)
     assert "[[bodies]][0]" in msg and "larger than the blocks" in msg, msg
     assert "[domain] blocks" in msg and "collective call" not in msg, msg
+
+
+def test_info_reports_a_checkpoint_with_a_missing_or_truncated_part(finished, tmp_path):
+    """``parsim info`` reads the manifest and checks every part (it reported such checkpoints as
+    normal); the run directory's listing marks them unusable."""
+    from parsim.checkpoint import CheckpointError, part_path
+    from parsim.io import describe
+
+    _, run = finished
+    d = _copy(run, tmp_path / "r")
+    first, last = sorted((d / "checkpoints").glob("checkpoint_*.h5"))
+    assert "parsim checkpoint" in describe(first)           # intact
+    part_path(first, 0).unlink()
+    with pytest.raises(CheckpointError, match="is missing"):
+        describe(first)
+    p = part_path(last, 0)
+    p.write_bytes(p.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="not a readable HDF5 file"):
+        describe(last)
+    listing = describe(d)
+    assert listing.count("UNUSABLE") == 2 and "snapshots: 3" in listing, listing
