@@ -295,6 +295,38 @@ def _start(net, load_fn, ready=None):
     return cfg, None
 
 
+#: a start with bodies overlapping by more than this fraction of the smaller radius is reported
+OVERLAP_WARNING = 0.05
+
+
+def _overlap_warning(sim) -> str | None:
+    """Collective: a warning if two spheres (or a sphere and a wall) overlap by more than
+    :data:`OVERLAP_WARNING` of the smaller radius at the start (their contact force would throw
+    them apart; usually a mistake in the input), else None. Uses the neighbour list's gaps of
+    the setup, so other shapes are not looked at."""
+    import numpy as np
+
+    from .shapes import PLANE, SPHERE
+
+    st, nl = sim.st, sim.nl
+    worst = (0.0, -1, -1)
+    if nl is not None and nl.gap.size:
+        pa, pb = nl.pa[: nl.gap.size], nl.pb[: nl.gap.size]
+        ok = np.isfinite(nl.gap) & (st.shape[pa] == SPHERE)
+        ra = st.params[pa, 0]
+        rb = np.where(st.shape[pb] == PLANE, ra, st.params[pb, 0])
+        ratio = np.where(ok, -nl.gap / np.minimum(ra, rb), 0.0)
+        if ratio.size and ratio.max() > OVERLAP_WARNING:
+            k = int(np.argmax(ratio))
+            worst = (float(ratio[k]), int(st.uid[pa[k]]), int(st.uid[pb[k]]))
+    worst = max(sim.net.allgather(worst))
+    if worst[0] <= OVERLAP_WARNING:
+        return None
+    return (f"parsim: warning: bodies overlap at the start, up to {100 * worst[0]:.3g} % of the "
+            f"smaller radius (uids {worst[1]} and {worst[2]}); their contact forces will push "
+            "them apart hard. Check the input positions and sizes")
+
+
 def run_config(config: str, output: str | None = None, steps: int | None = None,
                stream=sys.stdout, checkpoint_every: int | None = None,
                overwrite: bool = False) -> int:
@@ -310,6 +342,9 @@ def run_config(config: str, output: str | None = None, steps: int | None = None,
     if cfg is None:
         return status
     sim = cfg.sim
+    warning = _overlap_warning(sim)
+    if warning and net.rank == 0:
+        print(warning, file=sys.stderr, flush=True)
     writer = open_writer(out, cfg.text, cfg.path, sim)
     _say(sim, f"parsim run {config}: {sim.count_bodies()} bodies, {cfg.steps} steps of "
          f"{sim.dt:g} s, {net.size} rank(s) as blocks {list(sim.dec.dims)}, output {writer.path}",

@@ -239,3 +239,18 @@ def test_info_reports_a_checkpoint_with_a_missing_or_truncated_part(finished, tm
         describe(last)
     listing = describe(d)
     assert listing.count("UNUSABLE") == 2 and "snapshots: 3" in listing, listing
+
+
+def test_overlapping_bodies_at_the_start_are_reported(tmp_path, capsys):
+    """Spheres from a file that overlap by much of their radius: the run goes on (it may be
+    meant) but says so, naming the worst pair; the same spheres apart give no warning."""
+    pos = np.array([[0.05, 0.05, 0.05], [0.054, 0.05, 0.05], [0.02, 0.02, 0.1]])
+    for name, p, warned in (("close", pos, True), ("apart", pos + [[0, 0, 0], [0.01, 0, 0],
+                                                                     [0, 0, 0]], False)):
+        np.savez(tmp_path / f"{name}.npz", position=p, radius=[0.003, 0.003, 0.003])
+        body = f'[[bodies]]\nkind = "file"\nshape = "sphere"\npath = "{name}.npz"\n'
+        cfg = _write(tmp_path, BASE + body, f"{name}.toml")
+        assert run_config(str(cfg), str(tmp_path / name), steps=2, stream=QUIET) == 0
+        err = capsys.readouterr().err
+        assert ("overlap at the start, up to 66.7 % of the smaller radius (uids 1 and 2)"
+                in err) == warned, err
