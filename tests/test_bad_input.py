@@ -204,7 +204,7 @@ def test_the_good_configs_of_these_cases_load(tmp_path):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_bodies_too_big_for_the_blocks_name_the_config_fix(mpi_tmp_path):
+def test_bodies_too_big_for_the_blocks_name_the_config_fix(comm, mpi_tmp_path):
     """A lattice of bodies wider than a quarter of a block: every rank refuses the config with
     the [domain] blocks advice (it used to suggest an API call a config cannot make)."""
     text = (BASE.replace('periodic = [true, true, false]', 'walls = true')
@@ -212,7 +212,9 @@ def test_bodies_too_big_for_the_blocks_name_the_config_fix(mpi_tmp_path):
             + '[[bodies]]\nkind = "lattice"\nshape = "sphere"\nradius = 0.02\nspacing = 0.05\n'
               'region = [[0.0, 0.0, 0.0], [0.1, 0.1, 0.1]]\n')
     p = mpi_tmp_path / "thin.toml"
-    p.write_text(text)
+    if comm.rank == 0:                 # one writer; the others read it after the barrier
+        p.write_text(text)
+    comm.Barrier()
     with pytest.raises(ConfigError) as e:
         load(p)
     msg = str(e.value)
