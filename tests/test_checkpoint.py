@@ -99,6 +99,36 @@ def same_state(a: dict, b: dict) -> list[str]:
     return [k for k in STATE if not np.array_equal(a[k], b[k])]
 
 
+def _ck_step(path) -> int:
+    return int(Path(path).stem.split("_")[1])
+
+
+def drop_after(run_dir: Path, step: int) -> None:
+    """Delete what a copied run directory holds after ``step`` (snapshots, checkpoints with
+    their parts), so whatever is there after a restart from ``step`` is the restart's own."""
+    for p in checkpoint.checkpoints_in(run_dir):
+        if _ck_step(p) > step:
+            p.unlink()
+            shutil.rmtree(checkpoint.parts_dir(p))
+    with h5py.File(run_dir / "snapshots.h5", "a") as f:
+        for name in list(f["snapshots"]):
+            if int(name) > step:
+                del f["snapshots"][name]
+    assert max(open_run(run_dir).steps) <= step
+    assert all(_ck_step(p) <= step for p in checkpoint.checkpoints_in(run_dir))
+
+
+def same_checkpoint(a, b) -> list[str]:
+    """Fields of two checkpoints (bodies, springs, clock, pour generators) that differ in any
+    bit."""
+    x, y = checkpoint.read(a), checkpoint.read(b)
+    bad = [k for k in ("step", "time", "next_uid", "deleted", "rains") if x[k] != y[k]]
+    for group in ("bodies", "history", "common"):
+        bad += [f"{group}/{f}" for f in x[group].dtype.names
+                if x[group][f].tobytes() != y[group][f].tobytes()]
+    return bad
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
     """The uninterrupted 600-step run (checkpoints every 150 steps, the last 3 kept)."""
@@ -123,9 +153,11 @@ def test_checkpoints_are_written_and_pruned(full_run):
 @pytest.mark.parametrize("step", [300, 450])
 def test_restart_is_bit_identical(full_run, tmp_path, step):
     """From step 300 (a pour happens right after) and 450 (none): the snapshots at 400 and 600
-    equal the uninterrupted run's bit for bit."""
+    and the later checkpoints equal the uninterrupted run's bit for bit. The copy of the run
+    loses everything after ``step`` first, so they can only be the restart's."""
     run_dir = tmp_path / "run"
     shutil.copytree(full_run, run_dir)
+    drop_after(run_dir, step)
     ck = run_dir / "checkpoints" / f"checkpoint_{step:010d}.h5"
     assert restart(str(ck), stream=QUIET) == 0
     a, b = open_run(full_run), open_run(run_dir)
@@ -133,6 +165,11 @@ def test_restart_is_bit_identical(full_run, tmp_path, step):
     for s in (400, 600):
         if s > step:
             assert same_state(a.snapshot(s), b.snapshot(s)) == [], s
+    assert [p.name for p in b.checkpoints] == [p.name for p in a.checkpoints]
+    for p, q in zip(a.checkpoints, b.checkpoints):
+        if _ck_step(p) > step:
+            assert same_checkpoint(p, q) == [], p.name
+    assert (run_dir / "status").read_text().strip() == "done"
 
 
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
@@ -147,6 +184,7 @@ def test_restart_on_other_rank_counts(full_run, tmp_path):
                                                               REPO / ".numba_cache")))
     two = tmp_path / "two"
     shutil.copytree(full_run, two)
+    drop_after(two, 300)              # every later snapshot below is written by a restart
     r = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "mpi4py", "-m", "parsim",
                         "restart", str(two / "checkpoints" / "checkpoint_0000000300.h5"),
                         "--steps", "450", "--checkpoint-every", "150"],
@@ -284,6 +322,8 @@ def test_kill_9_during_checkpoints_leaves_complete_files(tmp_path):
     newest = files[-1]
     step = checkpoint.read(newest)["step"]
     assert restart(str(newest), steps=step + 20, checkpoint_every=0, stream=QUIET) == 0
+    assert open_run(out).steps[-1] == step + 20                # the restart's final snapshot
+    assert (out / "status").read_text().strip() == "done"
 
 
 def test_sigterm_stops_with_a_checkpoint_and_restarts_exactly(full_run, tmp_path):
