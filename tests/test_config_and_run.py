@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import tomllib
@@ -74,13 +75,16 @@ def test_random_generator_places_non_overlapping_bodies_deterministically():
 
 
 def test_lattice_lognormal_and_choice_sizes():
+    """Sizes follow the distributions: besides the bounds, the lognormal's median and its
+    +-sigma band and the choice's weights, each within 5 binomial standard deviations of
+    900 draws (the lattice's counter-based draws are fixed by the seed)."""
     cfg = _cfg(base=BASE.split("[[bodies]]")[0], extra="""
 [[bodies]]
 kind = "lattice"
 shape = "sphere"
 radius = 0.04
 spacing = 0.1
-region = [[0.0, 0.0, 0.0], [1.0, 1.0, 0.5]]
+region = [[0.0, 0.0, 0.0], [1.0, 1.0, 0.9]]
 scale = { distribution = "lognormal", median = 0.8, sigma = 0.2, min = 0.5, max = 1.0 }
 
 [[bodies]]
@@ -89,17 +93,28 @@ shape = "capsule"
 radius = 0.02
 length = 0.05
 spacing = 0.1
-region = [[0.0, 0.0, 1.0], [1.0, 1.0, 1.2]]
+region = [[0.0, 0.0, 1.0], [1.0, 1.0, 1.9]]
 scale = { distribution = "choice", values = [0.5, 1.0], weights = [1, 3] }
 """)
     s = build(cfg).sim.state()
+
+    def binomial_ok(hits, n, p):
+        return abs(hits - n * p) <= 5 * math.sqrt(n * p * (1 - p))
+
     sph = s["shape"] == 0
-    assert sph.sum() == 10 * 10 * 5
+    n = 10 * 10 * 9
+    assert sph.sum() == n
     r = s["params"][sph, 0]
     assert r.min() >= 0.02 and r.max() <= 0.04 and r.std() > 0
+    scale = r / 0.04
+    assert binomial_ok((scale < 0.8).sum(), n, 0.5)                  # median 0.8
+    # within one sigma of the median (0.655 .. 0.977, inside the clip bounds): 68.27 %
+    inside = ((scale > 0.8 * math.exp(-0.2)) & (scale < 0.8 * math.exp(0.2))).sum()
+    assert binomial_ok(inside, n, math.erf(1 / math.sqrt(2)))
     cap = s["shape"] == 2
-    assert cap.sum() == 10 * 10 * 2
+    assert cap.sum() == n
     assert set(np.round(s["params"][cap, 0], 12)) == {0.01, 0.02}
+    assert binomial_ok((s["params"][cap, 0] > 0.015).sum(), n, 0.75)   # weights 1 : 3
     assert np.allclose(s["params"][cap, 1], s["params"][cap, 0] * 1.25)   # half length scales too
 
 
