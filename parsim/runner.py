@@ -380,6 +380,8 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
         checkpoint.restore(cfg.sim, data, cfg.rains)
         return cfg
 
+    own = Path(checkpoint_path).resolve().parent.parent    # the checkpoint's run directory
+
     def ready(cfg):
         target = cfg.steps if steps is None else int(steps)
         if target <= cfg.sim.step_count:
@@ -388,6 +390,12 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
                     "leaves nothing to run (it is the total step count, not the number of "
                     f"steps to add); pass --steps above {cfg.sim.step_count}. Nothing was "
                     "changed")
+        if output and Path(output).resolve() != own:   # elsewhere: a directory of its own
+            msg = _claim_output(Path(output), overwrite=False)
+            if msg:
+                return (msg.split("; nothing was changed")[0] + "; nothing was changed. A "
+                        f"restart continues in its own run directory ({own}) by default, or "
+                        "in an empty --output")
         return None
 
     cfg, status = _start(net, load_fn, ready)

@@ -256,3 +256,18 @@ def test_overlapping_bodies_at_the_start_are_reported(tmp_path, capsys):
         err = capsys.readouterr().err
         assert ("overlap at the start, up to 66.7 % of the smaller radius (uids 1 and 2)"
                 in err) == warned, err
+
+
+def test_restart_into_another_run_is_refused(finished, tmp_path, capsys):
+    """``parsim restart --output DIR`` with a DIR other than the checkpoint's own run directory
+    that holds a run would mix two runs' snapshots: refused, both directories unchanged; an
+    empty DIR (or the run's own directory) is fine."""
+    _, run = finished
+    mine, other = _copy(run, tmp_path / "mine"), _copy(run, tmp_path / "other")
+    before = (_digest(mine), _digest(other))
+    ck = sorted((mine / "checkpoints").glob("checkpoint_*.h5"))[0]
+    code = restart(str(ck), str(other), steps=40, stream=QUIET)
+    _refused(capsys, code, str(other), "holds an earlier run", "its own run directory")
+    assert (_digest(mine), _digest(other)) == before
+    assert restart(str(ck), str(tmp_path / "fresh"), steps=40, stream=QUIET) == 0
+    assert restart(str(ck), str(mine), steps=40, stream=QUIET) == 0
