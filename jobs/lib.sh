@@ -22,11 +22,18 @@ parsim_launcher() {
     else echo "mpiexec -n ${NRANKS:-2}"; fi
 }
 
-# newest complete checkpoint of a run directory (nothing if none)
+# newest usable checkpoint of a run directory (nothing if none): `parsim info` checks the
+# manifest and every part; a damaged newest one is skipped (with a note on stderr)
 parsim_latest_checkpoint() {
-    local f
-    f="$(ls -1 "$1"/checkpoints/checkpoint_*.h5 2>/dev/null | sort | tail -n 1)"
-    [[ -n "$f" ]] && echo "$f"
+    local f py
+    py="$(parsim_python)"
+    for f in $(ls -1 "$1"/checkpoints/checkpoint_*.h5 2>/dev/null | sort -r); do
+        if "$py" -m parsim info "$f" >/dev/null 2>&1; then
+            echo "$f"
+            return 0
+        fi
+        echo "parsim job: skipping the unusable checkpoint $f" >&2
+    done
     return 0
 }
 

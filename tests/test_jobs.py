@@ -287,3 +287,28 @@ def test_production_script_under_real_slurm(reference, tmp_path, slurm):
     assert "status interrupted" in text and "restarting from" in text and "status done" in text
     a, b = open_run(reference).snapshot(-1), open_run(out).snapshot(-1)
     assert [k for k in STATE if not np.array_equal(a[k], b[k])] == []
+
+
+def test_latest_checkpoint_skips_a_damaged_newest_one(tmp_path):
+    """lib.sh restarts from the newest checkpoint that `parsim info` accepts: with the newest
+    one's part file truncated, the one before it."""
+    from parsim.checkpoint import part_path
+
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(CONFIG.replace("steps = 2000", "steps = 40").replace("count = 500",
+                                                                        "count = 50"))
+    out = tmp_path / "out"
+    assert run_config(str(cfg), str(out), stream=open(os.devnull, "w"), checkpoint_every=20) == 0
+
+    def latest() -> str:
+        r = subprocess.run(["bash", "-c", f'source {REPO / "jobs" / "lib.sh"}; '
+                            f'parsim_latest_checkpoint "{out}"'], cwd=tmp_path,
+                           env=env_for(tmp_path), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    first, last = sorted((out / "checkpoints").glob("checkpoint_*.h5"))
+    assert latest() == str(last)
+    p = part_path(last, 0)
+    p.write_bytes(p.read_bytes()[:500])
+    assert latest() == str(first)
