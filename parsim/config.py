@@ -31,7 +31,7 @@ from numba import njit
 
 from . import randoms
 from .shapes import PLANE, SPHERE
-from .simulation import Simulation
+from .simulation import BlocksTooNarrow, Simulation
 
 
 class ConfigError(ValueError):
@@ -298,12 +298,11 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
 def _add(t: _Table, key: str, fn):
     try:
         return fn()
+    except BlocksTooNarrow as e:        # a config's generators cannot make global bodies
+        raise t.err(key, f"{e.what}; set [domain] blocks with fewer blocks along the cut axes, "
+                         "or run on fewer ranks") from None
     except ValueError as e:
-        msg = str(e)
-        if "larger than the" in msg and "blocks" in msg:   # rank-local generators: no uids-free call
-            msg = msg.split("; use fewer")[0] + ("; set [domain] blocks with fewer blocks along "
-                                                 "the cut axes, or run on fewer ranks")
-        raise t.err(key, msg) from None
+        raise t.err(key, str(e)) from None
 
 
 def _distribution(t: _Table, key: str):

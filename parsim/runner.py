@@ -238,19 +238,22 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
 RUN_FILES = ("snapshots.h5", "snapshots.xmf", "ranks", "checkpoints", "status")
 
 
-def _claim_output(out: Path, overwrite: bool) -> str | None:
+def _claim_output(out: Path, overwrite: bool, way_out: str | None = None) -> str | None:
     """Rank 0: make ``out`` ready for a new run, or say why it cannot be (None if ready). A
     directory holding an earlier run is refused unless ``overwrite``, which removes that run's
-    files first (and nothing else)."""
+    files first (and nothing else). ``way_out``: what the refusal suggests (default: the ways
+    out of ``parsim run``)."""
     import shutil
 
     if out.exists() and not out.is_dir():
         return f"--output {out}: is a file, not a directory; choose another --output"
     found = [name for name in RUN_FILES if (out / name).exists()]
     if found and not overwrite:
+        if way_out is None:
+            way_out = (f"Continue it with `parsim restart {out / 'checkpoints'}/<newest>.h5`, "
+                       "choose another --output, or pass --overwrite to replace it")
         return (f"--output {out}: holds an earlier run ({', '.join(found)}); nothing was "
-                f"changed. Continue it with `parsim restart {out / 'checkpoints'}/<newest>.h5`, "
-                "choose another --output, or pass --overwrite to replace it")
+                f"changed. {way_out}")
     try:
         for name in found:
             p = out / name
@@ -391,11 +394,8 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
                     f"steps to add); pass --steps above {cfg.sim.step_count}. Nothing was "
                     "changed")
         if output and Path(output).resolve() != own:   # elsewhere: a directory of its own
-            msg = _claim_output(Path(output), overwrite=False)
-            if msg:
-                return (msg.split("; nothing was changed")[0] + "; nothing was changed. A "
-                        f"restart continues in its own run directory ({own}) by default, or "
-                        "in an empty --output")
+            return _claim_output(Path(output), False, "A restart continues in its own run "
+                                 f"directory ({own}) by default, or in an empty --output")
         return None
 
     cfg, status = _start(net, load_fn, ready)

@@ -51,6 +51,18 @@ class SimulationError(RuntimeError):
     """The run cannot go on (non-finite state, a body left the domain, bad setup)."""
 
 
+class BlocksTooNarrow(ValueError):
+    """A body added with a uid (by one rank alone) is larger than the blocks allow; ``what``
+    names it and the limit, the message adds the API's ways out (callers with other ways out,
+    such as configs, use ``what``)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        super().__init__(f"{what}; use fewer blocks along the cut axes (or fewer ranks), or add "
+                         "such big bodies by a collective call without uids, which makes them "
+                         "global bodies")
+
+
 def _fmt(v) -> str:
     return "(" + ", ".join(f"{float(x):.6g}" for x in v) + ")"
 
@@ -263,15 +275,19 @@ class Simulation:
                                     angular_velocities, material, fixed, None)
         # rank-local: every rank calls, each with its own bodies; errors are agreed on first
         # so that a bad body on one rank raises the same error on all of them
+        err = None
         try:
             values = self._add_bodies(shape, params, centers, orientations, velocities,
                                       angular_velocities, material, fixed, uids, shared_global)
-            msg = None
+        except BlocksTooNarrow as e:          # keeps its kind: callers offer other ways out
+            err = (True, e.what)
         except ValueError as e:
-            values, msg = None, str(e)
-        msg = self.net.first_error(msg)
-        if msg is not None:
-            raise ValueError(msg)
+            err = (False, str(e))
+        if self.net.max(0.0 if err is None else 1.0) > 0.0:      # the lowest rank's error
+            r, (narrow, text) = next((r, x) for r, x in enumerate(self.net.allgather(err))
+                                     if x is not None)
+            text += f" [rank {r}]" if r else ""
+            raise BlocksTooNarrow(text) if narrow else ValueError(text)
         given = np.asarray(uids, dtype=np.int64).reshape(-1)
         top = np.array([self._next_uid if given.size == 0
                         else max(self._next_uid, int(given.max()) + 1)], dtype=np.int64)
@@ -333,12 +349,10 @@ class Simulation:
                 raise ValueError(f"{name} uids must be unique")
             if (flags & GLOBAL).any() and not shared_global:
                 i = int(np.flatnonzero(flags & GLOBAL)[0])
-                raise ValueError(
+                raise BlocksTooNarrow(
                     f"{name} uid {uid[i]} (bounding radius {rb[i]:.4g}) is larger than the "
                     f"blocks {list(self.dec.dims)} allow for a body added by one rank alone "
-                    f"({self.global_radius:.4g}, a quarter of the narrowest block); use fewer "
-                    "blocks along the cut axes (or fewer ranks), or add such big bodies by a "
-                    "collective call without uids, which makes them global bodies")
+                    f"({self.global_radius:.4g}, a quarter of the narrowest block)")
         self._clear_shadows()
         wraps = np.zeros((n, 3), dtype=np.int32)
         if self.periodic.any():

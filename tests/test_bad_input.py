@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -85,16 +86,9 @@ def finished(tmp_path_factory):
     return cfg, d / "run"
 
 
-def _copy(src: Path, dst: Path) -> Path:
-    import shutil
-
-    shutil.copytree(src, dst)
-    return dst
-
-
 def test_run_into_an_earlier_run_is_refused_and_changes_nothing(finished, tmp_path, capsys):
     cfg, run = finished
-    d = _copy(run, tmp_path / "again")
+    d = shutil.copytree(run, tmp_path / "again")
     before = _digest(d)
     code = run_config(str(cfg), str(d), steps=10, stream=QUIET)
     _refused(capsys, code, str(d), "holds an earlier run", "--overwrite", "parsim restart")
@@ -103,7 +97,7 @@ def test_run_into_an_earlier_run_is_refused_and_changes_nothing(finished, tmp_pa
 
 def test_overwrite_replaces_the_earlier_run_and_only_it(finished, tmp_path):
     cfg, run = finished
-    d = _copy(run, tmp_path / "again")
+    d = shutil.copytree(run, tmp_path / "again")
     (d / "notes.txt").write_text("mine")
     assert run_config(str(cfg), str(d), steps=10, stream=QUIET, overwrite=True) == 0
     from parsim import io as pio
@@ -129,7 +123,7 @@ def test_restart_with_nothing_to_run_is_refused_and_changes_nothing(finished, tm
     """``--steps`` is the total step count: at or below the checkpoint's step there is nothing
     to run (it used to truncate the later snapshots and report success)."""
     _, run = finished
-    d = _copy(run, tmp_path / "r")
+    d = shutil.copytree(run, tmp_path / "r")
     before = _digest(d)
     ck = sorted((d / "checkpoints").glob("checkpoint_*.h5"))[-1 if steps == 40 else 0]
     code = restart(str(ck), steps=steps if steps != 30 else 10, stream=QUIET)
@@ -229,7 +223,7 @@ def test_info_reports_a_checkpoint_with_a_missing_or_truncated_part(finished, tm
     from parsim.io import describe
 
     _, run = finished
-    d = _copy(run, tmp_path / "r")
+    d = shutil.copytree(run, tmp_path / "r")
     first, last = sorted((d / "checkpoints").glob("checkpoint_*.h5"))
     assert "parsim checkpoint" in describe(first)           # intact
     part_path(first, 0).unlink()
@@ -263,7 +257,7 @@ def test_restart_into_another_run_is_refused(finished, tmp_path, capsys):
     that holds a run would mix two runs' snapshots: refused, both directories unchanged; an
     empty DIR (or the run's own directory) is fine."""
     _, run = finished
-    mine, other = _copy(run, tmp_path / "mine"), _copy(run, tmp_path / "other")
+    mine, other = shutil.copytree(run, tmp_path / "mine"), shutil.copytree(run, tmp_path / "other")
     before = (_digest(mine), _digest(other))
     ck = sorted((mine / "checkpoints").glob("checkpoint_*.h5"))[0]
     code = restart(str(ck), str(other), steps=40, stream=QUIET)
