@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from . import randoms
-from .shapes import PLANE, SPHERE
+from . import packing, randoms
+from .shapes import BOX, CAPSULE, PLANE, SPHERE
 from .simulation import BlocksTooNarrow, Simulation
 
 
@@ -423,7 +423,10 @@ def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
         spec["jitter"] = t.number("jitter", 0.0, low=0.0)
     else:
         spec["count"] = t.number("count", low=1, integer=True)
-        spec["max_attempts"] = t.number("max_attempts", 200, low=1, integer=True)
+        spec["placement"] = t.choice("placement", ("global", "local"), "global")
+        spec["max_attempts"] = t.number("max_attempts",
+                                        200 if spec["placement"] == "global" else 1000,
+                                        low=1, integer=True)
         if kind == "rain":
             spec["every"] = t.number("every", low=1, integer=True)
             spec["total"] = t.number("total", low=1, integer=True)
@@ -563,6 +566,11 @@ def _lattice(sim, spec, t, rlo, rhi) -> None:
 
 
 def _random_batch(sim, spec, t, count) -> int:
+    """Place ``count`` bodies of a ``random`` or ``rain`` generator; returns how many were
+    placed. ``placement = "global"``: the serial random sequential addition, made whole on
+    every rank; ``"local"``: computed rank-locally (``parsim/packing.py``)."""
+    if spec["placement"] == "local":
+        return _random_local(sim, spec, t, count)
     rng = spec["rng"]
     rlo, rhi = spec["region"]
     size = _sizes(spec, rng, count)
@@ -582,6 +590,81 @@ def _random_batch(sim, spec, t, count) -> int:
                              "lower the count")
     _place(sim, spec, t, centers[:placed], size[:placed], rng)
     return placed
+
+
+def _hashed_sizes(spec, key: int, ordinal: np.ndarray) -> np.ndarray:
+    """Per-body sizes (float[n, k]) of a generator, drawn by body ordinal (counter-based)."""
+    size = np.repeat(spec["size"][None, :], ordinal.size, axis=0)
+    if spec["scale"] is not None:
+        size = size * spec["scale"].hashed(key, ordinal)[:, None]
+    return size
+
+
+def _random_local(sim, spec, t, count) -> int:
+    """``placement = "local"``: random sequential addition in cells, computed rank-locally
+    (``parsim/packing.py``): each rank computes the cells near its block and adds the bodies
+    whose centre it owns; bodies too large for the blocks are shared with every rank. The
+    bodies are the same bits on any number of ranks. Collective; returns how many were placed
+    (on every rank)."""
+    net = sim.net
+    rlo, rhi = spec["region"]
+    key = int(spec["rng"].integers(0, 2**62))
+    first = sim.next_uid
+    r0 = float(_bounding(spec["shape"], spec["size"][None, :])[0])
+
+    def sizes(ordinal):
+        size = _hashed_sizes(spec, key, ordinal)
+        return size, _bounding(spec["shape"], size)
+
+    batch = packing.Batch(sim, rlo, rhi, count, key, r0, sizes, spec["max_attempts"])
+    try:
+        batch.place(sim.largest_radius())
+    except packing.NoRoom as e:
+        raise t.err("region", str(e)) from None
+    if batch.placed < count and spec["kind"] == "random":
+        raise t.err("count", f"only {batch.placed} of {count} bodies fit in the region without "
+                             f"overlap after {spec['max_attempts']} attempts each; enlarge the "
+                             "region, lower the count or raise max_attempts")
+    ordinal, pos, size = batch.ordinal, batch.position, batch.size
+    if net.size > 1:                                        # too big for the blocks: to all
+        big = batch.radius > sim.global_radius
+        rec = np.zeros(int(big.sum()), dtype=_GENERATED)
+        rec["ordinal"], rec["position"] = ordinal[big], pos[big]
+        rec["size"][:, : size.shape[1]] = size[big]
+        shared = net.allgather_records(rec, _GENERATED)
+        ordinal = np.concatenate([shared["ordinal"], ordinal[~big]])
+        pos = np.concatenate([shared["position"].reshape(-1, 3), pos[~big]])
+        size = np.concatenate([shared["size"][:, : size.shape[1]], size[~big]])
+    _add_generated(sim, spec, t, key, first + ordinal, ordinal, pos, size)
+    sim._next_uid = first + batch.uid_span                 # the batch's whole uid range
+    return batch.placed
+
+
+_GENERATED = np.dtype([("ordinal", np.int64), ("position", np.float64, 3), ("size", np.float64, 3)])
+
+
+def _add_generated(sim, spec, t, key, uids, ordinal, centers, size) -> None:
+    """Rank-local add of generated bodies, their velocities and orientations drawn by ordinal
+    (the streams of the lattice generator); the caller passes each body on the rank owning it,
+    bodies too large for the blocks on every rank."""
+    v = np.broadcast_to(spec["velocity"], centers.shape)
+    if spec["random_velocity"]:
+        u = np.stack([randoms.uniform(key, ordinal, 0, _S_VELOCITY + k) for k in range(3)], 1)
+        v = v + spec["random_velocity"] * (2.0 * u - 1.0)
+    q = None
+    if spec["random_orientation"]:
+        q = np.stack([randoms.normal(key, ordinal, _S_ORIENT + k) for k in range(4)], 1)
+        q /= np.linalg.norm(q, axis=1)[:, None]
+    shape = spec["shape"]
+    params = np.zeros((centers.shape[0], 3))
+    if shape == "sphere":
+        code, params[:, 0] = SPHERE, size[:, 0]
+    elif shape == "box":
+        code, params[:] = BOX, size
+    else:
+        code, params[:, 0], params[:, 1] = CAPSULE, size[:, 0], 0.5 * size[:, 1]
+    _add(t, "shape", lambda: sim._add(code, params, centers, q, v, None, spec["material"],
+                                      spec["fixed"], uids, shared_global=True))
 
 
 def pour(sim: Simulation, rain: RainSchedule, t: _Table | None = None) -> int:
