@@ -6,10 +6,11 @@ RSA adds the bodies one after the other, each avoiding all earlier ones, so ever
 make every body. Here the work is split into cells, in three layers:
 
 1. *Counts.* The region is cut into fine cells holding about ``PER_CELL`` bodies each. A cell's
-   share of the ``count`` bodies is proportional to its free room: of ``SAMPLES`` hashed points
-   in it, those where a body of the generator's base size fits (inside the region, outside the
-   bodies already there). The shares are rounded by largest remainder (ties by a hashed
-   permutation of the cells), so the total is exactly ``count``.
+   share of the ``count`` bodies is proportional to its free room: the part of it where a body
+   of the generator's base size can be centred inside the region, times the fraction of
+   ``SAMPLES`` hashed points there that are clear of the bodies already in the simulation. The
+   shares are rounded by largest remainder (ties by a hashed permutation of the cells), so the
+   total is exactly ``count``.
 2. *Sizes.* Body ``s`` of fine cell ``c`` has ordinal ``c * cap + s`` (``cap``: the largest
    count of a cell) and uid ``first uid + ordinal``; its size, velocity and orientation are
    pure functions of the generator's key and the ordinal. The uids of a batch therefore have
@@ -145,40 +146,49 @@ def _register(c0, dims, ex, ey, ez, obs_pos, obs_r, extra):
 
 @njit(cache=True)
 def room(c0, dims, n, ex, ey, ez, rlo, rhi, r0, obs_pos, obs_r, key, samples):
-    """Free room of the fine cells of the box ``c0 .. c0 + dims`` (x-major): how many of
-    ``samples`` hashed points (keyed by the cell's flat index in the grid of ``n`` cells) can
-    centre a body of bounding radius ``r0`` inside the region and clear of the obstacles."""
+    """Free room of the fine cells of the box ``c0 .. c0 + dims`` (x-major), as an integer:
+    the share of the cell (in 1/1024) where a body of bounding radius ``r0`` can be centred
+    inside the region, times how many of ``samples`` hashed points there (keyed by the cell's
+    flat index in the grid of ``n`` cells) are clear of the obstacles. Returns (room, share)."""
     ostart, olist = _register(c0, dims, ex, ey, ez, obs_pos, obs_r, r0)
     out = np.zeros(dims[0] * dims[1] * dims[2], dtype=np.int64)
+    shares = np.zeros(dims[0] * dims[1] * dims[2], dtype=np.int64)
     p = np.empty(3)
+    lo = np.empty(3)
+    hi = np.empty(3)
     for lx in range(dims[0]):
         for ly in range(dims[1]):
             for lz in range(dims[2]):
                 l = (lx * dims[1] + ly) * dims[2] + lz
-                gx, gy, gz = c0[0] + lx, c0[1] + ly, c0[2] + lz
-                flat = (gx * n[1] + gy) * n[2] + gz
+                g = (c0[0] + lx, c0[1] + ly, c0[2] + lz)
+                flat = (g[0] * n[1] + g[1]) * n[2] + g[2]
+                share = 1.0
+                for d in range(3):
+                    e = ex if d == 0 else (ey if d == 1 else ez)
+                    lo[d] = max(e[g[d]], rlo[d] + r0)
+                    hi[d] = min(e[g[d] + 1], rhi[d] - r0)
+                    share *= max(hi[d] - lo[d], 0.0) / (e[g[d] + 1] - e[g[d]])
+                q = np.int64(share * 1024.0)
+                shares[l] = q
+                if q == 0:
+                    continue
                 k = 0
                 for s in range(samples):
-                    p[0] = ex[gx] + _uniform(key, flat, s, 0) * (ex[gx + 1] - ex[gx])
-                    p[1] = ey[gy] + _uniform(key, flat, s, 1) * (ey[gy + 1] - ey[gy])
-                    p[2] = ez[gz] + _uniform(key, flat, s, 2) * (ez[gz + 1] - ez[gz])
-                    free = True
                     for d in range(3):
-                        if p[d] < rlo[d] + r0 or p[d] > rhi[d] - r0:
+                        p[d] = lo[d] + _uniform(key, flat, s, d) * (hi[d] - lo[d])
+                    free = True
+                    for i in range(ostart[l], ostart[l + 1]):
+                        j = olist[i]
+                        r2 = 0.0
+                        for d in range(3):
+                            r2 += (obs_pos[j, d] - p[d]) ** 2
+                        if r2 < (obs_r[j] + r0) ** 2:
                             free = False
-                    if free:
-                        for i in range(ostart[l], ostart[l + 1]):
-                            j = olist[i]
-                            q = 0.0
-                            for d in range(3):
-                                q += (obs_pos[j, d] - p[d]) ** 2
-                            if q < (obs_r[j] + r0) ** 2:
-                                free = False
-                                break
+                            break
                     if free:
                         k += 1
-                out[l] = k
-    return out
+                out[l] = k * q
+    return out, shares
 
 
 @njit(cache=True)
@@ -349,17 +359,18 @@ class Batch:
         lo_b, hi_b = self._extent(e, h0, hdims, margin)
         op, orad = obstacles(sim, lo_b, hi_b)
         k_home = room(h0, hdims, n, e[0], e[1], e[2], rlo, rhi, r0, op, orad, room_key,
-                      SAMPLES)[home]
+                      SAMPLES)[0][home]
         flat_home = self._flat(hcells[home], n)
         big_k = net.isum(int(k_home.sum()))
         if big_k == 0:
             raise NoRoom("has no free room for the bodies (the bodies already there fill it)")
         self.big_k = big_k
         base = count * k_home // big_k
-        rem_key = (count * k_home % big_k) * total + permute(flat_home, total, perm_key)
+        rem = count * k_home % big_k
         extra = count - net.isum(int(base.sum()))
-        self.threshold = self._threshold(rem_key, extra)
-        n_home = base + (rem_key >= self.threshold)
+        t, p = self._threshold(rem, permute(flat_home, total, perm_key), extra)
+        self.threshold = (t, p)
+        n_home = base + ((rem > t) | ((rem == t) & (permute(flat_home, total, perm_key) >= p)))
         cap = max(1, int(net.max(float(n_home.max()) if n_home.size else 0.0)))
         self.cap, self.total = cap, total
         self.uid_span = total * cap
@@ -395,10 +406,12 @@ class Batch:
         op, orad = obstacles(sim, lo_b, hi_b)
         fcells = _box_cells(f0, fdims)
         flat = self._flat(fcells, n)
-        k = room(f0, fdims, n, e[0], e[1], e[2], rlo, rhi, r0, op, orad, room_key, SAMPLES)
+        k, share = room(f0, fdims, n, e[0], e[1], e[2], rlo, rhi, r0, op, orad, room_key,
+                        SAMPLES)
         base = count * k // big_k
-        rem_key = (count * k % big_k) * total + permute(flat, total, perm_key)
-        nc = base + (rem_key >= self.threshold)
+        rem = count * k % big_k
+        t, p = self.threshold
+        nc = base + ((rem > t) | ((rem == t) & (permute(flat, total, perm_key) >= p)))
         # each fine cell's bodies go to its generation cell (local index, x-major)
         gcell = np.stack([np.searchsorted(fe[d], fcells[:, d], side="right") - 1 - g0[d]
                           for d in range(3)], 1)
@@ -413,7 +426,7 @@ class Batch:
         # draws per body in proportion to the room a cell has left: ``attempts`` in a free
         # cell, up to SAMPLES times as many where the bodies already there fill most of it
         free = np.bincount(gl, weights=k, minlength=per_gen.size)
-        whole = np.bincount(gl, minlength=per_gen.size) * SAMPLES
+        whole = np.bincount(gl, weights=share, minlength=per_gen.size) * SAMPLES
         tries = (self.attempts * np.ceil(whole / np.maximum(free, 1.0))).astype(np.int64)
         start = np.cumsum(per_gen) - per_gen
         pos = np.zeros((ordinal.size, 3))
@@ -442,21 +455,32 @@ class Batch:
     def _flat(cells, n):
         return (cells[:, 0] * n[1] + cells[:, 1]) * n[2] + cells[:, 2]
 
-    def _threshold(self, keys: np.ndarray, extra: int) -> int:
-        """The ``extra``-th largest of the (distinct) keys of all ranks, by bisection with one
-        sum per halving: the cells with keys at or above it get one body more."""
+    def _threshold(self, rem: np.ndarray, perm: np.ndarray, extra: int):
+        """The cells (of all ranks) that get one body more: the ``extra`` with the largest
+        remainders, ties broken by the larger place in the permutation. Returns (t, p): a cell
+        is one of them if ``rem > t`` or ``rem == t and perm >= p``; found by bisection, one
+        sum over the ranks per halving."""
         net = self.sim.net
+        none = np.iinfo(np.int64).max
         if extra <= 0:
-            return np.iinfo(np.int64).max
-        top = np.array([keys.max() if keys.size else 0], dtype=np.int64)
-        lo, hi = 0, int(net.allreduce_array(top, "max")[0]) + 1
-        while hi - lo > 1:                   # invariant: count(>= lo) >= extra > count(>= hi)
-            mid = (lo + hi) // 2
-            if net.isum(int(np.count_nonzero(keys >= mid))) >= extra:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+            return none, none
+
+        def largest(keys, mask, want):
+            """The largest v with at least ``want`` keys (where ``mask``) >= v."""
+            top = np.array([keys[mask].max() if mask.any() else 0], dtype=np.int64)
+            lo, hi = 0, int(net.allreduce_array(top, "max")[0]) + 1
+            while hi - lo > 1:              # count(>= lo) >= want > count(>= hi)
+                mid = (lo + hi) // 2
+                if net.isum(int(np.count_nonzero(mask & (keys >= mid)))) >= want:
+                    lo = mid
+                else:
+                    hi = mid
+            return lo
+
+        every = np.ones(rem.shape[0], dtype=bool)
+        t = largest(rem, every, extra)
+        need = extra - net.isum(int(np.count_nonzero(rem > t)))
+        return t, largest(perm, rem == t, need)
 
 
 def _slots(counts: np.ndarray) -> np.ndarray:

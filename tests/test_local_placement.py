@@ -1,0 +1,233 @@
+"""``placement = "local"`` of the random and rain generators (``parsim/packing.py``): random
+sequential addition in cells, each rank computing only the cells near its block. The bodies
+must not overlap each other or the bodies already there, the counts must be exact, and the
+bodies must be the serial ones bit for bit on any number of ranks (with cells fine enough that
+each rank computes only part of them). Checked by hand that the parallel test fails on 2 ranks
+when a rank computes only the cells meeting its block (``packing.HALO`` = 0 and no cell of
+margin); with the one-cell margin alone it passes: at this density, conflicts that chain over
+two or more cells are too rare to show, let alone over the 7 the halo covers."""
+
+from __future__ import annotations
+
+import tomllib
+
+import numpy as np
+import pytest
+
+from parsim import packing
+from parsim.bodies import GLOBAL
+from parsim.config import ConfigError, build, pour
+from parsim.shapes import PLANE, bounding_radius
+
+CONFIG = """
+[simulation]
+dt = 1e-5
+steps = 10
+seed = 21
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [4.0, 0.5, 0.5]
+periodic = [true, false, false]
+
+[[materials]]
+name = "m"
+density = 1000.0
+restitution = 0.5
+collision_time = 1e-3
+
+[[bodies]]              # fixed rocks: global bodies once y or z is cut in two
+kind = "random"
+placement = "local"
+radius = 0.2
+count = 3
+fixed = true
+
+[[bodies]]
+kind = "random"
+placement = "local"
+shape = "box"
+half_extents = [0.02, 0.015, 0.01]
+scale = { distribution = "uniform", min = 0.8, max = 1.2 }
+random_velocity = 0.5
+count = 300
+
+[[bodies]]
+kind = "random"
+placement = "local"
+radius = 0.012
+scale = { distribution = "lognormal", median = 1.0, sigma = 0.3, min = 0.5, max = 1.5 }
+count = 8000
+
+[[bodies]]
+kind = "rain"
+placement = "local"
+shape = "capsule"
+radius = 0.008
+length = 0.02
+count = 200
+every = 5
+total = 400
+velocity = [0.0, 0.0, -1.0]
+region = [[0.0, 0.0, 0.4], [4.0, 0.5, 0.5]]
+"""
+
+COUNTS = (3, 300, 8000, 200 + 200)
+FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity", "angular_velocity",
+          "mass", "material", "wraps")
+
+
+@pytest.fixture
+def fine_cells(monkeypatch):
+    """2 bodies per fine cell instead of 32: the 4 x 0.5 x 0.5 domain gets 57 generation
+    cells along x, so a rank owning half of x computes ~36 of them, not all."""
+    monkeypatch.setattr(packing, "PER_CELL", 2)
+
+
+def _build(comm):
+    """The config built, and the rain's second batch poured."""
+    cfg = build(tomllib.loads(CONFIG), comm=comm)
+    pour(cfg.sim, cfg.rains[0])
+    return cfg.sim
+
+
+def _overlaps(p, rb):
+    """Pairs of bounding spheres that overlap (brute force over a uniform grid)."""
+    from scipy.spatial import cKDTree
+
+    tree = cKDTree(p)
+    pairs = tree.query_pairs(2 * rb.max(), output_type="ndarray")
+    d = np.linalg.norm(p[pairs[:, 0]] - p[pairs[:, 1]], axis=1)
+    return pairs[d < rb[pairs[:, 0]] + rb[pairs[:, 1]]]
+
+
+def test_local_placement_places_every_body_without_overlap(fine_cells):
+    sim = _build(None)
+    s = sim.state()
+    finite = s["shape"] != PLANE
+    assert int(finite.sum()) == sum(COUNTS)
+    rb = bounding_radius(s["shape"], s["params"])
+    assert _overlaps(s["position"][finite], rb[finite]).size == 0
+    # every body inside its region, its bounding sphere too
+    lo, hi = np.zeros(3), np.array([4.0, 0.5, 0.5])
+    assert ((s["position"] - rb[:, None] >= lo) & (s["position"] + rb[:, None] <= hi)).all()
+    rain = s["shape"] == 2
+    assert int(rain.sum()) == 400 and (s["position"][rain, 2] - rb[rain] >= 0.4).all()
+    # uids unique, each generator's below the next one's
+    assert np.unique(s["uid"]).size == s["uid"].size
+    by_uid = np.argsort(s["uid"])
+    shapes = s["shape"][by_uid]
+    first_box, first_capsule = np.argmax(shapes == 1), np.argmax(shapes == 2)
+    assert (shapes[:3] == 0).all() and (s["flags"][by_uid][:3] & 1).all()   # the fixed rocks
+    assert first_box == 3 and (shapes[first_box:first_box + 300] == 1).all()
+    assert first_capsule == sum(COUNTS[:3])
+    assert sim.next_uid > s["uid"].max()
+
+
+def test_local_placement_follows_the_free_room(fine_cells):
+    """The small spheres avoid the rocks and boxes placed before them, and split between the
+    halves of every axis as the free room does (within 5 standard deviations of a binomial;
+    the free room measured by 200,000 random points)."""
+    from scipy.spatial import cKDTree
+
+    s = _build(None).state()
+    rb = bounding_radius(s["shape"], s["params"])
+    order = np.argsort(s["uid"])
+    before = order[:303]                       # the rocks and the boxes
+    small = order[303:303 + 8000]
+    assert (s["shape"][small] == 0).all() and (rb[small] < 0.02).all()
+    p = s["position"][small]
+    r = 0.012
+    q = np.random.default_rng(0).uniform([r, r, r], [4.0 - r, 0.5 - r, 0.5 - r], (200_000, 3))
+    free = np.ones(q.shape[0], dtype=bool)
+    for j in before:
+        free &= ((q - s["position"][j]) ** 2).sum(axis=1) >= (rb[j] + r) ** 2
+    n = p.shape[0]
+    for d, half in enumerate((2.0, 0.25, 0.25)):
+        share = (free & (q[:, d] < half)).sum() / free.sum()
+        left = int((p[:, d] < half).sum())
+        assert abs(left - n * share) < 5 * np.sqrt(n * share * (1 - share)), (d, left, share)
+    rocks = s["position"][order[:3]]
+    assert (np.linalg.norm(p[:, None, :] - rocks[None, :, :], axis=2) >= 0.2).all()
+
+
+def test_local_placement_depends_on_the_seed_and_repeats(fine_cells):
+    a = _build(None).state()
+    b = _build(None).state()
+    assert all(np.array_equal(a[k], b[k]) for k in FIELDS)
+    data = tomllib.loads(CONFIG.replace("seed = 21", "seed = 22"))
+    c = build(data, comm=None).sim.state()
+    assert not np.array_equal(np.sort(a["position"][:, 0])[:100],
+                              np.sort(c["position"][:, 0])[:100])
+
+
+SMALL = """
+[simulation]
+dt = 1e-5
+steps = 10
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [1.0, 1.0, 1.0]
+[[materials]]
+name = "m"
+density = 1000.0
+restitution = 0.5
+collision_time = 1e-3
+[[bodies]]
+kind = "random"
+placement = "local"
+radius = 0.45
+count = 1
+fixed = true
+[[bodies]]
+kind = "random"
+placement = "local"
+radius = 0.01
+"""
+
+
+def test_crowded_region_is_an_error_naming_the_way_out():
+    crowded = SMALL + "count = 30000\nmax_attempts = 5\n"        # 1.5 times the volume
+    with pytest.raises(ConfigError, match=r"\[\[bodies\]\]\[1\]\.count: only \d+ of 30000 .*after "
+                                          r"5 attempts each.*raise max_attempts"):
+        build(tomllib.loads(crowded), comm=None)
+    # the rock's centre lies within 0.05 of the middle: this region lies inside the rock
+    inside = SMALL + "count = 10\nregion = [[0.48, 0.48, 0.48], [0.52, 0.52, 0.52]]\n"
+    with pytest.raises(ConfigError, match=r"\[\[bodies\]\]\[1\]\.region: has no free room"):
+        build(tomllib.loads(inside), comm=None)
+    data = tomllib.loads(CONFIG.replace('placement = "local"\nradius = 0.2',
+                                        'placement = "nearby"\nradius = 0.2'))
+    with pytest.raises(ConfigError, match=r"\[\[bodies\]\]\[0\]\.placement"):
+        build(data, comm=None)
+
+
+def test_permutation_is_a_bijection():
+    for total in (1, 2, 3, 5, 16, 17, 1000, 4097):
+        cells = np.arange(total, dtype=np.int64)
+        got = packing.permute(cells, total, packing.subkey(7, 3))
+        assert np.array_equal(np.sort(got), cells), total
+        if total >= 16:
+            assert not np.array_equal(got, cells)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_local_placement_equals_the_serial_one(comm, fine_cells):
+    serial = _build(None).state() if comm.rank == 0 else None
+    sim = _build(comm)
+    everyone = sim.state(gather=True)
+    mine = int(sim.st.n_owned)
+    counts = comm.gather(mine, root=0)
+    found = None
+    if comm.rank == 0:
+        flags_differ = (serial["flags"] ^ everyone["flags"]) & ~GLOBAL
+        found = ([k for k in FIELDS if not np.array_equal(serial[k], everyone[k])]
+                 + (["flags"] if flags_differ.any() else []),
+                 int(serial["uid"].size), int(everyone["uid"].size), counts,
+                 int((everyone["flags"] & GLOBAL != 0).sum()))
+    differ, n_serial, n_par, counts, n_global = comm.bcast(found, root=0)
+    assert n_par == n_serial == sum(COUNTS)
+    assert differ == []
+    assert min(counts) > 0
+    if tuple(sim.dec.dims)[1:] != (1, 1):      # y or z cut: the rocks are global bodies
+        assert n_global == 3
+    assert comm.allgather(sim.next_uid) == [sim.next_uid] * comm.size
