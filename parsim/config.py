@@ -9,6 +9,8 @@ range. Body generators (``[[bodies]]``):
   ``region`` (random sequential addition);
 * ``rain``     - like ``random``, but ``count`` bodies are inserted every ``every`` steps until
   ``total`` have been poured (poured insertion); each batch avoids the bodies already there;
+  both with ``placement = "global"`` (every rank makes every body) or ``"local"`` (rank-local
+  cells, ``parsim/packing.py``);
 * ``file``     - bodies read from an HDF5 or ``.npz`` file (datasets ``position`` and
   ``radius`` or ``diameter``; optional ``velocity``, ``angular_velocity``).
 
