@@ -29,8 +29,9 @@ longer read.)
 A restart builds the simulation from the stored config without its body generators, then
 :func:`restore` loads the bodies: on the same decomposition each rank reads the manifest and its
 own part only; on another one each rank reads the parts of the old blocks that overlap its new
-block (:func:`parts_to_read`) and keeps the bodies of its block (and the springs that touch them:
-the old owner of a body evaluated all of its contacts, so they are in its part). The first rebuild after it neither wraps bodies nor moves the
+rank ``r`` reads the old parts ``r, r + P, ...`` and sends each body to its new owner, and each
+spring with its bodies (:func:`load_routed`; the old owner of a body evaluated all of its
+contacts, so they are in its part). The first rebuild after it neither wraps bodies nor moves the
 reference poses, so the run continues exactly as the uninterrupted one.
 """
 
@@ -330,21 +331,65 @@ def load_parts(data: dict, ranks, keep=None) -> tuple[np.ndarray, np.ndarray]:
     return b, h
 
 
-def parts_to_read(dec, old_blocks) -> list[int]:
-    """The ranks of the checkpoint's decomposition (block counts ``old_blocks`` over the same
-    domain) whose blocks overlap the block of ``dec``: the only parts that can hold bodies this
-    rank owns after a restart on another decomposition. A block owns [lo, hi) on every axis
-    (the edge blocks also what lies beyond the domain), so half-open intervals decide."""
-    from .decomposition import Decomposition
+def _dedup_springs(h: np.ndarray, uids: np.ndarray) -> np.ndarray:
+    """Springs touching a body of ``uids``, sorted, each once (a contact across ranks is stored
+    in the parts of both owners)."""
+    if h.size:
+        h = h[np.isin(h["u"], uids) | np.isin(h["v"], uids)]
+    if h.size:
+        h = h[np.lexsort((h["r"], h["v"], h["u"]))]
+        first = np.ones(h.size, dtype=bool)
+        first[1:] = ((h["u"][1:] != h["u"][:-1]) | (h["v"][1:] != h["v"][:-1])
+                     | (h["r"][1:] != h["r"][:-1]))
+        h = h[first]
+    return h
 
-    old_blocks = tuple(int(b) for b in old_blocks)
-    n = old_blocks[0] * old_blocks[1] * old_blocks[2]
-    out = []
-    for r in range(n):
-        old = Decomposition(old_blocks, r, dec.lo, dec.hi, dec.periodic)
-        if np.all(old.block_lo < dec.block_hi) and np.all(dec.block_lo < old.block_hi):
-            out.append(r)
-    return out
+
+def load_routed(sim, data: dict, read, regloballise) -> tuple[np.ndarray, np.ndarray]:
+    """Collective: (bodies of this rank, springs touching them) on a decomposition other than
+    the checkpoint's. Rank r reads the old parts r, r + P, ... and sends every body to the rank
+    whose block holds its centre now, and the bodies that are global now (too large for the new
+    blocks) to every rank; a spring goes where its bodies go (the part of each of its bodies'
+    old owners holds it). A body may lie outside its old owner's block (bodies drift past a cut
+    between two rebuilds), so the parts cannot be chosen by block overlap. ``read``: the
+    (bodies, springs) of this rank's parts; ``regloballise`` sets the GLOBAL flags for the new
+    decomposition."""
+    net = sim.net
+    common = data["common"].copy()
+    regloballise(common)
+    b = np.concatenate([x[0] for x in read]) if read else np.empty(0, dtype=BODY)
+    h = np.concatenate([x[1] for x in read]) if read else np.empty(0, dtype=HISTORY)
+    regloballise(b)
+    rep = (b["flags"] & REPLICATED) != 0                   # global now: to every rank
+    shared = net.allgather_records(b[rep], BODY)
+    ordinary = b[~rep]
+    dest = sim.dec.owner_rank(ordinary["position"]) if ordinary.size else \
+        np.empty(0, dtype=np.int64)
+    order = np.argsort(dest, kind="stable")
+    mine = net.alltoall_records(ordinary[order], np.bincount(dest, minlength=net.size), BODY)
+    # springs: to the new owner of each of their bodies this rank knows (read, or from the
+    # manifest); to every rank when one of them is global now
+    known = np.concatenate([ordinary, common[(common["flags"] & REPLICATED) == 0]])
+    owner = sim.dec.owner_rank(known["position"]) if known.size else np.empty(0, np.int64)
+    key = np.argsort(known["uid"], kind="stable")
+    uids, owner = known["uid"][key], owner[key]
+    rows, where = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for end in ("u", "v"):
+        if uids.size and h.size:
+            i = np.minimum(np.searchsorted(uids, h[end]), uids.size - 1)
+            hit = uids[i] == h[end]
+            rows.append(np.flatnonzero(hit))
+            where.append(owner[i][hit])
+    rows, where = np.concatenate(rows), np.concatenate(where)
+    order = np.argsort(where, kind="stable")
+    got = net.alltoall_records(h[rows[order]], np.bincount(where, minlength=net.size), HISTORY)
+    now_global = b["uid"][rep]
+    everyone = net.allgather_records(h[np.isin(h["u"], now_global) | np.isin(h["v"], now_global)],
+                                     HISTORY)
+    keep = ((common["flags"] & REPLICATED) != 0) | sim.dec.owns(common["position"])
+    bodies = np.concatenate([common[keep], shared, mine])
+    bodies = bodies[np.argsort(bodies["uid"], kind="stable")]
+    return bodies, _dedup_springs(np.concatenate([got, everyone]), bodies["uid"])
 
 
 def restore(sim, data: dict, rains=()) -> None:
@@ -360,17 +405,22 @@ def restore(sim, data: dict, rains=()) -> None:
         raise CheckpointError("restore into a simulation without bodies")
     net = sim.net
 
-    def keep(b):
-        """Bodies of this rank's block, replicated ones on every rank; global-ness follows this
-        decomposition (a body may be global on few ranks and an ordinary one on many)."""
+    def regloballise(b):
+        """Global-ness follows this decomposition (a body may be global on few ranks and an
+        ordinary one on many)."""
         if net.size == 1:
             b["flags"] &= ~GLOBAL
-            return np.ones(b.shape[0], dtype=bool)
-        if sim.global_radius < np.inf:
+        elif sim.global_radius < np.inf:
             finite = (b["flags"] & 2) == 0   # not INFINITE
             big = finite & (b["bounding_radius"] > sim.global_radius)
             b["flags"][finite & ~big] &= ~GLOBAL
             b["flags"][big] |= GLOBAL
+
+    def keep(b):
+        """Bodies of this rank's block, replicated ones on every rank."""
+        regloballise(b)
+        if net.size == 1:
+            return np.ones(b.shape[0], dtype=bool)
         return ((b["flags"] & REPLICATED) != 0) | sim.dec.owns(b["position"])
 
     same = (net.size == int(data["ranks"])
@@ -390,14 +440,16 @@ def restore(sim, data: dict, rains=()) -> None:
         sel = b[keep(b)]
         hist = data["history"]
     else:
-        error = None
+        error, read = None, []
         try:
-            sel, hist = load_parts(data, parts_to_read(sim.dec, data["blocks"]), keep)
+            read = [_read_part(data, r, _read_bodies, _read_history)
+                    for r in range(net.rank, int(data["ranks"]), net.size)]
         except CheckpointError as e:
             error = str(e)
         error = net.first_error(error)
         if error is not None:
             raise CheckpointError(error)
+        sel, hist = load_routed(sim, data, read, regloballise)
     sim.st.append_owned({k: sel[k] for k in FIELDS})
     sim._restored = hist
     sim._restart_exact = True

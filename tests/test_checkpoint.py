@@ -17,6 +17,7 @@ import h5py
 import numpy as np
 import pytest
 
+import parsim
 from parsim import checkpoint
 from parsim.io import open_run
 from parsim.runner import restart, run_config
@@ -225,36 +226,6 @@ def test_restart_on_other_rank_counts(full_run, tmp_path):
         checkpoint.read(ck450)
 
 
-@pytest.mark.parametrize("old, new, expected", [
-    ((4, 1, 1), (2, 1, 1), [[0, 1], [2, 3]]),
-    ((2, 1, 1), (3, 1, 1), [[0], [0, 1], [1]]),
-    ((3, 1, 1), (2, 1, 1), [[0, 1], [1, 2]]),
-    ((1, 1, 1), (2, 2, 1), [[0], [0], [0], [0]]),
-    ((2, 2, 1), (1, 1, 2), [[0, 1, 2, 3], [0, 1, 2, 3]]),
-    ((2, 2, 2), (2, 2, 2), [[r] for r in range(8)]),
-    ((4, 1, 1), (1, 4, 1), [[0, 1, 2, 3]] * 4),
-])
-def test_restart_reads_only_the_overlapping_parts(old, new, expected):
-    """On another decomposition a rank reads the parts of the old blocks overlapping its own;
-    cuts shared by both decompositions do not pull in the neighbour across them."""
-    from parsim.decomposition import Decomposition
-
-    n = new[0] * new[1] * new[2]
-    got = [checkpoint.parts_to_read(Decomposition(new, r, (0, 0, 0), (1.2, 1.0, 0.7),
-                                                  (True, False, False)), old) for r in range(n)]
-    assert got == expected
-    # the bodies of every old block are read by the rank that owns them now
-    rng = np.random.default_rng(3)
-    pts = rng.uniform((-0.1, 0, 0), (1.3, 1.0, 0.7), (2000, 3))
-    pts = np.concatenate([pts, [[0.6, 0.5, 0.35], [0.4, 0.5, 0.35], [0.0, 0.0, 0.0]]])
-    old_owner = Decomposition(old, 0, (0, 0, 0), (1.2, 1.0, 0.7),
-                              (True, False, False)).owner_rank(pts)
-    new_owner = Decomposition(new, 0, (0, 0, 0), (1.2, 1.0, 0.7),
-                              (True, False, False)).owner_rank(pts)
-    for o, w in zip(old_owner, new_owner):
-        assert o in got[w]
-
-
 def test_failed_write_keeps_the_previous_checkpoint(full_run, tmp_path, monkeypatch):
     """An error in the middle of writing (standing in for a crash) leaves no file under the
     final name and the earlier checkpoints readable."""
@@ -396,3 +367,61 @@ def test_reader_and_info(full_run, capsys):
     assert "parsim checkpoint, format version 2 (1 part file(s)" in out and "step 300" in out
     assert main(["info", str(full_run / "status")]) == 2
     assert "not a readable HDF5 file" in capsys.readouterr().err
+
+
+def _drift_scene(comm, bodies=True):
+    """A floor under [0, 2] x [0, 1] x [0, 1] and a large skin (rare rebuilds): a sphere (uid
+    1) starting at x = 0.98 moving +x crosses x = 1, the cut of 2 blocks along x, without a
+    rebuild; a sphere of radius 0.15 is an ordinary body on 2 blocks [2, 1, 1] (global radius
+    0.25) and a global one on [2, 2, 1] (0.125); small spheres on the floor around it.
+    ``bodies=False``: the materials only (for a restore)."""
+    sim = parsim.Simulation(dt=1e-4, domain=([0, 0, 0], [2, 1, 1]), skin=0.2, comm=comm,
+                            gravity=(0, 0, -9.81))
+    m = sim.add_material("grain", 2500.0, restitution=0.6, collision_time=1e-3, friction=0.4)
+    if bodies:
+        sim.add_plane((0, 0, 0), (0, 0, 1), m)
+        sim.add_sphere((0.98, 0.5, 0.5), 0.05, m, velocity=(1.0, 0.0, 0.0))
+        sim.add_sphere((0.5, 0.5, 0.3), 0.15, m)
+        g = np.stack(np.meshgrid(np.linspace(0.2, 1.8, 9), [0.2, 0.8], [0.04]), -1)
+        sim.add_spheres(g.reshape(-1, 3), 0.04, m)
+    return sim
+
+
+@pytest.mark.mpi(min_size=4)
+def test_restart_on_more_ranks_keeps_drifted_and_newly_global_bodies(comm, tmp_path_factory):
+    """A checkpoint of 2 ranks restored on 4 ([2, 2, 1]: the cut x = 1 is kept): the sphere
+    that drifted past the cut since the last rebuild (still in the part of the rank left of it)
+    and the sphere that is global on 4 ranks reach their owners; the restored state equals the
+    written one and the continuation equals the 2-rank run bit for bit. The parts used to be
+    chosen by block overlap: the drifted body was lost, and the newly global one reached only
+    the ranks reading its part (a hang)."""
+    from mpi4py import MPI
+
+    from parsim import checkpoint
+
+    base = comm.bcast(str(tmp_path_factory.mktemp("drift")) if comm.rank == 0 else None, root=0)
+    path = Path(base) / "checkpoint_0000000300.h5"
+    sub = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
+    before = after2 = None
+    if comm.rank < 2:
+        two = _drift_scene(sub)
+        assert tuple(two.dec.dims) == (2, 1, 1)
+        two.run(300)
+        checkpoint.write(two, path)
+        before = two.state(gather=True)
+        two.run(200)
+        after2 = two.state(gather=True)
+        sub.Free()
+    comm.Barrier()
+    four = _drift_scene(comm, bodies=False)
+    assert tuple(four.dec.dims) == (2, 2, 1)
+    checkpoint.restore(four, checkpoint.read(path, bodies=False))
+    restored = four.state(gather=True)
+    four.run(200)
+    after4 = four.state(gather=True)
+    if comm.rank == 0:
+        mover = before["position"][before["uid"] == 1][0]
+        assert 1.0 < mover[0] < 1.05                # past the cut, no rebuild since
+        for k in ("uid", "position", "velocity", "angular_velocity", "orientation"):
+            assert np.array_equal(before[k], restored[k]), k
+            assert np.array_equal(after2[k], after4[k]), k
