@@ -169,6 +169,7 @@ def write(sim, path, config_text: str = "", config_path: str = "", rains=()) -> 
                 a["step"] = sim.step_count
                 a["time"] = sim.time
                 a["next_uid"] = sim._next_uid
+                a["skin"] = sim.nl.skin          # in use: the default depends on the bodies
                 a["deleted"] = deleted
                 a["ranks"] = net.size
                 a["blocks"] = np.array(sim.dec.dims)
@@ -232,6 +233,7 @@ def read(path, bodies: bool = True) -> dict:
                                   "use an earlier checkpoint")
         try:
             data = {k: a[k] for k in ("step", "time", "next_uid", "deleted", "ranks")}
+            data["skin"] = float(a["skin"]) if "skin" in a else None
             data["path"] = path
             data["blocks"] = tuple(int(x) for x in a["blocks"])
             data["config"] = f["config"][()].decode() if isinstance(f["config"][()], bytes) \
@@ -456,6 +458,7 @@ def restore(sim, data: dict, rains=()) -> None:
     sim.step_count = int(data["step"])
     sim.time = float(data["time"])
     sim._next_uid = int(data["next_uid"])
+    sim._restored_skin = data.get("skin")
     sim.deleted = int(data["deleted"]) if net.rank == 0 else 0
     sim._expected_uids = None
     sim._ready = False

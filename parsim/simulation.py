@@ -222,6 +222,7 @@ class Simulation:
         self._has_global = False                     # any global body (same on every rank)
         self._restored = None                        # springs loaded from a checkpoint
         self._restart_exact = False                  # next setup continues a checkpoint
+        self._restored_skin = None                   # the skin in use at the checkpoint
 
     # ---- materials ---------------------------------------------------------------------------
     def add_material(self, name: str, density: float, **params) -> Material:
@@ -618,9 +619,13 @@ class Simulation:
                     f"dt = {self.dt:g} s exceeds {DT_FRACTION} x the smallest collision time "
                     f"{tc:.4g} s (materials {where}); use dt <= {DT_FRACTION * tc:.4g} s, stiffer "
                     "-> smaller dt, or pass allow_large_dt=True")
+        # a restart continues with the skin of the checkpoint: the default one (0.2 x the
+        # smallest radius at the last setup) may differ from that of the bodies left now
+        skin = self.skin if self._restored_skin is None else self._restored_skin
+        self._restored_skin = None
         if self.nl is None:
-            self.nl = NeighbourList(self.skin, self._broadphase)
-        self.nl.skin = self.skin
+            self.nl = NeighbourList(skin, self._broadphase)
+        self.nl.skin = skin
         if self._restored is not None:
             self.nl.import_history(self._restored)
             self._restored = None

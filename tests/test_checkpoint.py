@@ -369,6 +369,74 @@ def test_reader_and_info(full_run, capsys):
     assert "not a readable HDF5 file" in capsys.readouterr().err
 
 
+
+SHRINKING = """
+[simulation]
+dt = 1e-4
+steps = 400
+seed = 5
+outflow = "delete"
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [1.0, 1.0, 1.0]
+periodic = [false, true, false]
+walls = false
+
+[output]
+every = 50
+checkpoint_every = 100
+keep_checkpoints = 100
+
+[[materials]]
+name = "grain"
+density = 2500.0
+restitution = 0.6
+collision_time = 1e-3
+friction = 0.5
+
+[[bodies]]
+kind = "lattice"
+shape = "sphere"
+radius = 0.05
+region = [[0.2, 0.0, 0.2], [0.8, 1.0, 0.8]]
+spacing = 0.2
+velocity = [0.0, 3.0, 0.0]
+random_velocity = 0.5
+
+[[bodies]]
+kind = "random"
+shape = "sphere"
+radius = 0.01
+region = [[0.9, 0.4, 0.4], [0.99, 0.6, 0.6]]
+count = 1
+velocity = [5.0, 0.0, 0.0]
+"""
+
+
+def test_restart_keeps_the_default_skin_after_the_smallest_body_left(tmp_path):
+    """The default skin is 0.2 x the smallest radius at a setup. A small sphere leaves through
+    the open x face (outflow "delete") before the checkpoint at step 100: the run keeps the
+    skin of its setup (0.002), and the restart must too (it took 0.01 from the bodies left,
+    and the snapshots from step 300 on differed; found by a restart fuzzer)."""
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(SHRINKING)
+    full = tmp_path / "full"
+    assert run_config(str(cfg), str(full), stream=QUIET) == 0
+    again = tmp_path / "again"
+    shutil.copytree(full, again)
+    drop_after(again, 100)
+    assert restart(str(again / "checkpoints" / "checkpoint_0000000100.h5"), stream=QUIET) == 0
+    a, b = open_run(full), open_run(again)
+    assert a.steps == b.steps and max(a.steps) == 400
+    for step in a.steps:
+        x, y = a.snapshot(step), b.snapshot(step)
+        assert x["uid"].size == (46 if step < 100 else 45)    # the small sphere left
+        for k in ("uid", "position", "velocity", "angular_velocity", "wraps"):
+            assert np.array_equal(x[k], y[k]), (step, k)
+    assert checkpoint.read(full / "checkpoints" / "checkpoint_0000000100.h5")["skin"] == 0.002
+
+
 def _drift_scene(comm, bodies=True):
     """A floor under [0, 2] x [0, 1] x [0, 1] and a large skin (rare rebuilds): a sphere (uid
     1) starting at x = 0.98 moving +x crosses x = 1, the cut of 2 blocks along x, without a
