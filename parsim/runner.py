@@ -184,6 +184,10 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
             sim.run(_stretch(sim.step_count, target, cfg, checkpoint_every))
             s = sim.step_count
             stop = net.max(signals.caught)
+            if stop and s == target:         # all steps ran: the run ends as "done"
+                _say(sim, f"signal {int(stop)} during the last steps: the run is complete",
+                     stream)
+                stop = 0
             if s % cfg.output_every == 0 or s == target or stop:
                 writer.write(sim)
             if checkpoint_every and (s % checkpoint_every == 0 or s == target) or stop:

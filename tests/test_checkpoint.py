@@ -437,6 +437,62 @@ def test_restart_keeps_the_default_skin_after_the_smallest_body_left(tmp_path):
     assert checkpoint.read(full / "checkpoints" / "checkpoint_0000000100.h5")["skin"] == 0.002
 
 
+
+LAST_STRETCH = """
+[simulation]
+dt = 1e-4
+steps = 130
+seed = 5
+skin = 0.002
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [1.0, 1.0, 1.0]
+periodic = [false, true, false]
+walls = true
+
+[output]
+every = 1000
+progress_every = 100
+checkpoint_every = 100
+
+[[materials]]
+name = "grain"
+density = 2500.0
+restitution = 0.6
+collision_time = 1e-3
+
+[[bodies]]
+kind = "lattice"
+shape = "sphere"
+radius = 0.05
+region = [[0.2, 0.0, 0.2], [0.8, 1.0, 0.8]]
+spacing = 0.2
+velocity = [0.0, 3.0, 0.0]
+"""
+
+
+def test_signal_during_the_last_steps_ends_the_run_as_done(tmp_path):
+    """SIGTERM at the progress line of step 100 of a 130-step run: the next stretch reaches the
+    target, so the run is complete: status "done" with its timings, not "interrupted 130" (which
+    told a job script to restart, and the restart was refused: nothing left to run)."""
+    class Trigger:
+        def write(self, text):
+            if "step       100/130" in text:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        def flush(self):
+            pass
+
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(LAST_STRETCH)
+    out = tmp_path / "out"
+    assert run_config(str(cfg), str(out), stream=Trigger()) == 0
+    assert (out / "status").read_text().strip() == "done"
+    run = open_run(out)
+    assert run.steps == [0, 130] and run.timings is not None
+
+
 def _drift_scene(comm, bodies=True):
     """A floor under [0, 2] x [0, 1] x [0, 1] and a large skin (rare rebuilds): a sphere (uid
     1) starting at x = 0.98 moving +x crosses x = 1, the cut of 2 blocks along x, without a
