@@ -160,6 +160,7 @@ class RunConfig:
     rains: list
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
+    notes: list = field(default_factory=list)      #: what a restart changed, to tell the user
 
 
 def load(path, steps: int | None = None) -> RunConfig:
@@ -227,9 +228,21 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
     ck_keep = out_t.number("keep_checkpoints", 2, low=1, integer=True)
     out_t.done()
 
+    notes, stored = [], None
+    if restart and blocks is not None:
+        # a restart on another rank count cannot keep the blocks of the stored config
+        if comm == "auto":
+            from .comm import auto_comm
+            comm = auto_comm()
+        if blocks[0] * blocks[1] * blocks[2] != (1 if comm is None else comm.Get_size()):
+            stored, blocks = blocks, None
     try:
         sim = Simulation(dt=dt, gravity=gravity, domain=(lo, hi), periodic=periodic, skin=skin,
                          outflow=outflow, allow_large_dt=allow, blocks=blocks, comm=comm)
+        if stored is not None:
+            notes.append(f"the config's [domain] blocks = {list(stored)} need "
+                         f"{stored[0] * stored[1] * stored[2]} rank(s); on {sim.net.size} the "
+                         f"restart uses blocks {list(sim.dec.dims)}")
     except ValueError as e:
         if blocks is not None and "blocks" in str(e):
             raise dom_t.err("blocks", f"= {list(blocks)}: {e}; drop it to let parsim choose") \
@@ -294,7 +307,8 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
         if sim.count_bodies() == planes:
             raise ConfigError(f"{src}: the configuration creates no bodies (walls aside); add a "
                               "[[bodies]] generator")
-    return RunConfig(src, text, n_steps, every, progress, seed, sim, rains, ck_every, ck_keep)
+    return RunConfig(src, text, n_steps, every, progress, seed, sim, rains, ck_every, ck_keep,
+                     notes)
 
 
 def _add(t: _Table, key: str, fn):

@@ -409,6 +409,8 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
     target = cfg.steps if steps is None else int(steps)
     out = Path(output) if output else Path(checkpoint_path).resolve().parent.parent
     writer = open_writer(out, cfg.text, cfg.path, sim, append_after=sim.step_count)
+    for note in cfg.notes:
+        _say(sim, f"parsim restart: {note}", stream)
     _say(sim, f"parsim restart {checkpoint_path}: step {sim.step_count} -> {target}, "
          f"{sim.count_bodies()} bodies, {net.size} rank(s) as blocks {list(sim.dec.dims)}, "
          f"output {writer.path}", stream)

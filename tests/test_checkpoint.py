@@ -549,3 +549,20 @@ def test_restart_on_more_ranks_keeps_drifted_and_newly_global_bodies(comm, tmp_p
         for k in ("uid", "position", "velocity", "angular_velocity", "orientation"):
             assert np.array_equal(before[k], restored[k]), k
             assert np.array_equal(after2[k], after4[k]), k
+
+
+def test_a_restart_on_another_rank_count_replaces_the_stored_blocks():
+    """The stored config's ``[domain] blocks`` fit only its own rank count, and the user cannot
+    edit the copy inside the checkpoint: a restart on another count uses parsim's blocks and
+    says so (it was refused: "drop it to let parsim choose"); a fresh run is still refused."""
+    import tomllib
+
+    from parsim.config import ConfigError, build
+
+    data = tomllib.loads(LAST_STRETCH.replace("walls = true", "walls = true\nblocks = [1, 2, 1]"))
+    cfg = build(data, comm=None, restart=True)
+    assert tuple(cfg.sim.dec.dims) == (1, 1, 1)
+    assert cfg.notes == ["the config's [domain] blocks = [1, 2, 1] need 2 rank(s); on 1 the "
+                         "restart uses blocks [1, 1, 1]"]
+    with pytest.raises(ConfigError, match=r"\[domain\]\.blocks: = \[1, 2, 1\]"):
+        build(data, comm=None)
