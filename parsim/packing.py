@@ -52,7 +52,11 @@ _BOX = np.dtype([("lo", np.float64, 3), ("hi", np.float64, 3)])
 
 
 class NoRoom(ValueError):
-    """The region has no free room for the generator's bodies."""
+    """The region has no free room for the generator's bodies (the bodies there fill it)."""
+
+
+class TooSmall(ValueError):
+    """The region is too small for the generator's largest body."""
 
 
 @njit(cache=True, inline="always")
@@ -381,7 +385,7 @@ class Batch:
         rb_max = net.max(float(rb.max()) if rb.size else 0.0)
         self.rb_max = rb_max
         if 2 * rb_max >= length.min():
-            raise NoRoom(f"is too small for bodies of bounding diameter {2 * rb_max:.4g}")
+            raise TooSmall(f"is too small for bodies of bounding diameter {2 * rb_max:.4g}")
 
         # 3. places: generation cells of >= m fine cells per axis (the last one takes the rest)
         m = np.maximum(1, np.ceil(2.0 * rb_max * (1.0 + 1e-9) / (length / n))).astype(np.int64)

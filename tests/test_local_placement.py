@@ -201,6 +201,19 @@ def test_crowded_region_is_an_error_naming_the_way_out():
         build(data, comm=None)
 
 
+def test_rain_into_a_full_region_takes_none():
+    """A rain batch whose region the bodies already there fill places none and goes on (as
+    the global placement's crowded batch takes fewer); a restart fuzzer's pour hit this and
+    stopped the run with a config error."""
+    full = SMALL.replace('kind = "random"\nplacement = "local"\nradius = 0.01',
+                         'kind = "rain"\nplacement = "local"\nradius = 0.01\nevery = 10\n'
+                         'total = 20') + \
+        "count = 10\nregion = [[0.48, 0.48, 0.48], [0.52, 0.52, 0.52]]\n"
+    cfg = build(tomllib.loads(full), comm=None)
+    assert cfg.sim.count_bodies() == 1                   # the rock only
+    assert pour(cfg.sim, cfg.rains[0]) == 0 and cfg.rains[0].remaining == 0
+
+
 def test_permutation_is_a_bijection():
     for total in (1, 2, 3, 5, 16, 17, 1000, 4097):
         cells = np.arange(total, dtype=np.int64)
