@@ -557,27 +557,8 @@ def _lattice(sim, spec, t, rlo, rhi) -> None:
     if spec["jitter"]:
         u = np.stack([randoms.uniform(key, index, 0, _S_JITTER + k) for k in range(3)], 1)
         centers = centers + spec["jitter"] * (2.0 * u - 1.0)
-    v = np.broadcast_to(spec["velocity"], centers.shape)
-    if spec["random_velocity"]:
-        u = np.stack([randoms.uniform(key, index, 0, _S_VELOCITY + k) for k in range(3)], 1)
-        v = v + spec["random_velocity"] * (2.0 * u - 1.0)
-    q = None
-    if spec["random_orientation"]:
-        q = np.stack([randoms.normal(key, index, _S_ORIENT + k) for k in range(4)], 1)
-        q /= np.linalg.norm(q, axis=1)[:, None]
     first = sim.next_uid
-    uids = first + index
-    shape, mat, fx = spec["shape"], spec["material"], spec["fixed"]
-    if shape == "sphere":
-        _add(t, "shape", lambda: sim.add_spheres(centers, size[:, 0], mat, velocities=v,
-                                                 fixed=fx, uids=uids))
-    elif shape == "box":
-        _add(t, "shape", lambda: sim.add_boxes(centers, size, mat, orientations=q,
-                                               velocities=v, fixed=fx, uids=uids))
-    else:
-        _add(t, "shape", lambda: sim.add_capsules(centers, size[:, 0], size[:, 1], mat,
-                                                  orientations=q, velocities=v, fixed=fx,
-                                                  uids=uids))
+    _add_generated(sim, spec, t, key, first + index, index, centers, size)
     sim._next_uid = first + int(np.prod(counts))      # the lattice's whole uid range
 
 
@@ -655,7 +636,7 @@ def _random_local(sim, spec, t, count) -> int:
         ordinal = np.concatenate([shared["ordinal"], ordinal[~big]])
         pos = np.concatenate([shared["position"].reshape(-1, 3), pos[~big]])
         size = np.concatenate([shared["size"][:, : size.shape[1]], size[~big]])
-    _add_generated(sim, spec, t, key, first + ordinal, ordinal, pos, size)
+    _add_generated(sim, spec, t, key, first + ordinal, ordinal, pos, size, shared_global=True)
     sim._next_uid = first + batch.uid_span                 # the batch's whole uid range
     return batch.placed
 
@@ -663,19 +644,20 @@ def _random_local(sim, spec, t, count) -> int:
 _GENERATED = np.dtype([("ordinal", np.int64), ("position", np.float64, 3), ("size", np.float64, 3)])
 
 
-def _add_generated(sim, spec, t, key, uids, ordinal, centers, size) -> None:
-    """Rank-local add of generated bodies, their velocities and orientations drawn by ordinal
-    (the streams of the lattice generator); the caller passes each body on the rank owning it,
-    bodies too large for the blocks on every rank."""
+def _add_generated(sim, spec, t, key, uids, ordinal, centers, size,
+                   shared_global: bool = False) -> None:
+    """Rank-local add of generated bodies (the lattice and the local placement), their
+    velocities and orientations drawn by ordinal; each body is passed by the ranks that may
+    own it. ``shared_global``: bodies too large for the blocks are passed by every rank."""
     v = np.broadcast_to(spec["velocity"], centers.shape)
     if spec["random_velocity"]:
         u = np.stack([randoms.uniform(key, ordinal, 0, _S_VELOCITY + k) for k in range(3)], 1)
         v = v + spec["random_velocity"] * (2.0 * u - 1.0)
+    shape = spec["shape"]
     q = None
-    if spec["random_orientation"]:
+    if spec["random_orientation"] and shape != "sphere":
         q = np.stack([randoms.normal(key, ordinal, _S_ORIENT + k) for k in range(4)], 1)
         q /= np.linalg.norm(q, axis=1)[:, None]
-    shape = spec["shape"]
     params = np.zeros((centers.shape[0], 3))
     if shape == "sphere":
         code, params[:, 0] = SPHERE, size[:, 0]
@@ -684,7 +666,7 @@ def _add_generated(sim, spec, t, key, uids, ordinal, centers, size) -> None:
     else:
         code, params[:, 0], params[:, 1] = CAPSULE, size[:, 0], 0.5 * size[:, 1]
     _add(t, "shape", lambda: sim._add(code, params, centers, q, v, None, spec["material"],
-                                      spec["fixed"], uids, shared_global=True))
+                                      spec["fixed"], uids, shared_global=shared_global))
 
 
 def pour(sim: Simulation, rain: RainSchedule, t: _Table | None = None) -> int:
