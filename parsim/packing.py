@@ -368,7 +368,6 @@ class Batch:
         big_k = net.isum(int(k_home.sum()))
         if big_k == 0:
             raise NoRoom("has no free room for the bodies (the bodies already there fill it)")
-        self.big_k = big_k
         base = count * k_home // big_k
         rem = count * k_home % big_k
         extra = count - net.isum(int(base.sum()))
@@ -376,14 +375,12 @@ class Batch:
         self.threshold = (t, p)
         n_home = base + ((rem > t) | ((rem == t) & (permute(flat_home, total, perm_key) >= p)))
         cap = max(1, int(net.max(float(n_home.max()) if n_home.size else 0.0)))
-        self.cap, self.total = cap, total
         self.uid_span = total * cap
 
         # 2. sizes: the largest body sets the generation cells
         ords = np.repeat(flat_home * cap, n_home) + _slots(n_home)
         size, rb = self.sizes(ords)
         rb_max = net.max(float(rb.max()) if rb.size else 0.0)
-        self.rb_max = rb_max
         if 2 * rb_max >= length.min():
             raise TooSmall(f"is too small for bodies of bounding diameter {2 * rb_max:.4g}")
 
