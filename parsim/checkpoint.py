@@ -105,10 +105,12 @@ def _write_part(path: Path, step: int, rank: int, bodies, hist) -> None:
     _fsync(path)
 
 
-def write(sim, path, config_text: str = "", config_path: str = "", rains=()) -> Path | None:
+def write(sim, path, config_text: str = "", config_path: str = "", rains=(),
+          run: dict | None = None) -> Path | None:
     """Write a checkpoint of ``sim`` (collective) to ``path`` (the manifest) and its parts,
     atomically. Returns the path on rank 0, None elsewhere. An error on any rank (disk full)
-    raises the same error on every rank and leaves no trace of this checkpoint."""
+    raises the same error on every rank and leaves no trace of this checkpoint. ``run``: the
+    run's ``target_steps`` and ``checkpoint_every``, the defaults of a restart."""
     if not sim._ready:
         sim._setup()
     net = sim.net
@@ -175,6 +177,9 @@ def write(sim, path, config_text: str = "", config_path: str = "", rains=()) -> 
                 a["blocks"] = np.array(sim.dec.dims)
                 a["config_path"] = str(config_path)
                 a["shape_counts"] = shapes
+                for key in ("target_steps", "checkpoint_every"):   # the run's own, for restart
+                    if run and run.get(key) is not None:
+                        a[key] = int(run[key])
                 f.create_dataset("config", data=config_text, dtype=h5py.string_dtype())
                 g = f.create_group("materials")
                 g.create_dataset("names", data=[m.name for m in sim.materials],
@@ -234,6 +239,8 @@ def read(path, bodies: bool = True) -> dict:
         try:
             data = {k: a[k] for k in ("step", "time", "next_uid", "deleted", "ranks")}
             data["skin"] = float(a["skin"]) if "skin" in a else None
+            for key in ("target_steps", "checkpoint_every"):
+                data[key] = int(a[key]) if key in a else None
             data["path"] = path
             data["blocks"] = tuple(int(x) for x in a["blocks"])
             data["config"] = f["config"][()].decode() if isinstance(f["config"][()], bytes) \

@@ -67,9 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--output", metavar="DIR", default=None,
                     help="output directory (default: the run directory of the checkpoint)")
     rs.add_argument("--steps", type=_non_negative_int, default=None, metavar="N",
-                    help="total step count to reach (default: [simulation] steps of the config)")
+                    help="total step count to reach (default: that of the run that wrote the "
+                    "checkpoint: its --steps, else [simulation] steps of its config)")
     rs.add_argument("--checkpoint-every", type=_non_negative_int, default=None, metavar="K",
-                    help="as for run")
+                    help="as for run (default: the interval of the run that wrote the "
+                    "checkpoint)")
     rs.set_defaults(handler=_restart)
 
     info = commands.add_parser(

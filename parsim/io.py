@@ -155,7 +155,10 @@ def describe(path) -> str:
             f"{p}: parsim checkpoint, format version {checkpoint.FORMAT_VERSION} "
             f"({int(d['ranks'])} part file(s) in {checkpoint.parts_dir(p).name}/)",
             f"step {int(d['step'])}, time {float(d['time']):.6g} s, written on {int(d['ranks'])} "
-            f"rank(s) as blocks {list(d['blocks'])}",
+            f"rank(s) as blocks {list(d['blocks'])}"
+            + (f"; its run: to step {d['target_steps']}, a checkpoint every "
+               f"{d['checkpoint_every']} steps (a restart's defaults)"
+               if d["target_steps"] is not None else ""),
             f"bodies: {int(shapes.sum())} (spheres {shapes[0]}, boxes {shapes[1]}, capsules "
             f"{shapes[2]}, planes {shapes[3]}); touching contacts with springs: {springs}",
             f"materials: {', '.join(d['material_names'])}",

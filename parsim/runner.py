@@ -9,9 +9,10 @@ current state is written as a snapshot with status "failed" before the error is 
 
 ``parsim restart CHECKPOINT`` continues a run from a checkpoint (:mod:`parsim.checkpoint`);
 checkpoints are written every ``[output] checkpoint_every`` steps (or ``--checkpoint-every``),
-the newest ``keep_checkpoints`` kept. SIGTERM or SIGUSR1 make all ranks stop within
+the newest ``keep_checkpoints`` kept; a checkpoint stores its run's step target and interval,
+the defaults of a restart. SIGTERM or SIGUSR1 make all ranks stop within
 :data:`SIGNAL_POLL` steps (at the next step where they check), write a snapshot and a checkpoint
-and stop; ``DIR/status`` then says ``interrupted <step>`` (``done``
+and stop (a signal during the setup too: the handlers are installed first); ``DIR/status`` then says ``interrupted <step>`` (``done``
 after a complete run, ``failed <step>`` after an error).
 """
 
@@ -138,11 +139,12 @@ def _write_status(out: Path, net, text: str) -> None:
         tmp.replace(out / "status")
 
 
-def _checkpoint(sim, cfg, out: Path, keep: int):
+def _checkpoint(sim, cfg, out: Path, keep: int, target: int, every: int):
     from . import checkpoint
 
     path = out / "checkpoints" / f"checkpoint_{sim.step_count:010d}.h5"
-    checkpoint.write(sim, path, cfg.text, cfg.path, cfg.rains)
+    checkpoint.write(sim, path, cfg.text, cfg.path, cfg.rains,
+                     run={"target_steps": target, "checkpoint_every": every})
     if sim.net.rank == 0:
         checkpoint.prune(out, keep)
     return path
@@ -166,10 +168,11 @@ def _stretch(step: int, target: int, cfg, checkpoint_every: int) -> int:
     return min(ends) - step
 
 
-def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: int) -> int:
-    """Step ``cfg.sim`` to step ``target`` with snapshots, checkpoints, progress and signals."""
+def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: int,
+           signals: _Signals) -> int:
+    """Step ``cfg.sim`` to step ``target`` with snapshots, checkpoints, progress and signals
+    (``signals``: caught since the start, setup included, and served at the first check)."""
     sim = cfg.sim
-    signals = _Signals()
     t0 = time.perf_counter()
     last_t, last_step = t0, sim.step_count
     first = sim.step_count
@@ -191,7 +194,7 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
             if s % cfg.output_every == 0 or s == target or stop:
                 writer.write(sim)
             if checkpoint_every and (s % checkpoint_every == 0 or s == target) or stop:
-                path = _checkpoint(sim, cfg, out, keep)
+                path = _checkpoint(sim, cfg, out, keep, target, checkpoint_every)
                 if stop:
                     _say(sim, f"signal {int(stop)}: stopped after step {s}; checkpoint {path}",
                          stream)
@@ -219,7 +222,6 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
                   f"(step {sim.step_count}, status 'failed')", file=sys.stderr, flush=True)
         return 1
     finally:
-        signals.restore()
         if bar is not None:
             bar.clear()
     if sim.step_count == first:       # nothing to do: still end with a snapshot
@@ -343,6 +345,15 @@ def run_config(config: str, output: str | None = None, steps: int | None = None,
     from .comm import Net, auto_comm
 
     net = Net(auto_comm())
+    signals = _Signals()       # from the start: a signal during a long setup is served too
+    try:
+        return _run_config(net, signals, config, output, steps, stream, checkpoint_every,
+                           overwrite)
+    finally:
+        signals.restore()
+
+
+def _run_config(net, signals, config, output, steps, stream, checkpoint_every, overwrite):
     out = Path(output) if output else Path("output") / Path(config).stem
     cfg, status = _start(net, lambda: load(config, steps),
                          lambda cfg: _claim_output(out, overwrite))
@@ -358,13 +369,14 @@ def run_config(config: str, output: str | None = None, steps: int | None = None,
          stream)
     writer.write(sim)
     every = cfg.checkpoint_every if checkpoint_every is None else checkpoint_every
-    return _drive(net, cfg, out, cfg.steps, writer, stream, every)
+    return _drive(net, cfg, out, cfg.steps, writer, stream, every, signals)
 
 
 def restart(checkpoint_path: str, output: str | None = None, steps: int | None = None,
             stream=sys.stdout, checkpoint_every: int | None = None) -> int:
     """``parsim restart``: continue from a checkpoint up to step ``steps`` in total (default:
-    the config's step count), on any number of ranks."""
+    the step count of the run that wrote it: its ``--steps``, else the config's), on any number
+    of ranks, with a checkpoint every ``checkpoint_every`` steps (default: the run's)."""
     import tomllib
 
     from . import checkpoint
@@ -385,6 +397,11 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
                     restart=True)
         cfg.path = data["config_path"]
         checkpoint.restore(cfg.sim, data, cfg.rains)
+        # the interrupted run's own settings (its --steps, --checkpoint-every) are the defaults
+        if data["target_steps"] is not None:
+            cfg.steps = data["target_steps"]
+        if data["checkpoint_every"] is not None:
+            cfg.checkpoint_every = data["checkpoint_every"]
         return cfg
 
     own = Path(checkpoint_path).resolve().parent.parent    # the checkpoint's run directory
@@ -393,7 +410,7 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
         target = cfg.steps if steps is None else int(steps)
         if target <= cfg.sim.step_count:
             return (f"{checkpoint_path}: the checkpoint is at step {cfg.sim.step_count}, so "
-                    f"{'--steps' if steps is not None else 'the config step count'} = {target} "
+                    f"{'--steps' if steps is not None else 'the step count of its run'} = {target} "
                     "leaves nothing to run (it is the total step count, not the number of "
                     f"steps to add); pass --steps above {cfg.sim.step_count}. Nothing was "
                     "changed")
@@ -402,9 +419,18 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
                                  f"directory ({own}) by default, or in an empty --output")
         return None
 
-    cfg, status = _start(net, load_fn, ready)
-    if cfg is None:
-        return status
+    signals = _Signals()       # from the start: a signal during a long setup is served too
+    try:
+        cfg, status = _start(net, load_fn, ready)
+        if cfg is None:
+            return status
+        return _continue(net, cfg, checkpoint_path, output, steps, stream, checkpoint_every,
+                         signals)
+    finally:
+        signals.restore()
+
+
+def _continue(net, cfg, checkpoint_path, output, steps, stream, checkpoint_every, signals):
     sim = cfg.sim
     target = cfg.steps if steps is None else int(steps)
     out = Path(output) if output else Path(checkpoint_path).resolve().parent.parent
@@ -415,4 +441,4 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
          f"{sim.count_bodies()} bodies, {net.size} rank(s) as blocks {list(sim.dec.dims)}, "
          f"output {writer.path}", stream)
     every = cfg.checkpoint_every if checkpoint_every is None else checkpoint_every
-    return _drive(net, cfg, out, target, writer, stream, every)
+    return _drive(net, cfg, out, target, writer, stream, every, signals)

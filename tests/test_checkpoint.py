@@ -203,18 +203,21 @@ def test_restart_on_other_rank_counts(full_run, tmp_path):
     same = tmp_path / "same"
     shutil.copytree(two, same)
     r = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "mpi4py", "-m", "parsim",
-                        "restart", str(same / "checkpoints" / "checkpoint_0000000450.h5")],
+                        "restart", str(same / "checkpoints" / "checkpoint_0000000450.h5"),
+                        "--steps", "600"],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     # ... three ranks (each reads the one or two old parts that overlap its block) ...
     three = tmp_path / "three"
     shutil.copytree(two, three)
     r = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-m", "mpi4py", "-m", "parsim",
-                        "restart", str(three / "checkpoints" / "checkpoint_0000000450.h5")],
+                        "restart", str(three / "checkpoints" / "checkpoint_0000000450.h5"),
+                        "--steps", "600"],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    # ... and one rank (reads both parts)
-    assert restart(str(ck450), stream=QUIET) == 0
+    # ... and one rank (reads both parts); --steps 600: the restarts' own default is 450, the
+    # step count of the restart that wrote the checkpoint
+    assert restart(str(ck450), steps=600, stream=QUIET) == 0
     a, b, c, d = open_run(full_run), open_run(two), open_run(same), open_run(three)
     assert same_state(a.snapshot(600), b.snapshot(600)) == []
     assert same_state(a.snapshot(600), c.snapshot(600)) == []
@@ -316,6 +319,45 @@ def test_sigterm_stops_with_a_checkpoint_and_restarts_exactly(full_run, tmp_path
     step = int(status[1])
     files = checkpoint.checkpoints_in(out)
     assert files and checkpoint.read(files[-1])["step"] == step
+    assert restart(str(files[-1]), stream=QUIET) == 0
+    assert (out / "status").read_text().strip() == "done"
+    assert same_state(open_run(full_run).snapshot(600), open_run(out).snapshot(600)) == []
+
+
+SIGNAL_AT_START = """
+import os, signal, sys
+from parsim.runner import run_config
+
+class Trigger:                  # SIGTERM while the run is starting: at its header line
+    def write(self, text):
+        if text.startswith("parsim run"):
+            os.kill(os.getpid(), signal.SIGTERM)
+        sys.stdout.write(text)
+
+    def flush(self):
+        pass
+
+sys.exit(run_config(sys.argv[1], sys.argv[2], stream=Trigger()))
+"""
+
+
+def test_sigterm_during_the_start_is_served_with_a_checkpoint(full_run, tmp_path):
+    """SIGTERM before the first step (a long setup, a job preempted early): the run goes on to
+    its first signal check, writes a checkpoint and stops as "interrupted <step>"; the restart
+    reaches step 600 with the uninterrupted bits. Until 2026-11-25 the signal handlers were
+    installed only when stepping began, and such a signal killed the run without a checkpoint."""
+    cfg = write_config(tmp_path, ck=0)
+    out = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               NUMBA_CACHE_DIR=os.path.abspath(os.environ.get("NUMBA_CACHE_DIR",
+                                                              REPO / ".numba_cache")))
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_AT_START, str(cfg), str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    status = (out / "status").read_text().split()
+    assert status[0] == "interrupted" and 0 < int(status[1]) <= 50, status
+    files = checkpoint.checkpoints_in(out)
+    assert [_ck_step(p) for p in files] == [int(status[1])]
     assert restart(str(files[-1]), stream=QUIET) == 0
     assert (out / "status").read_text().strip() == "done"
     assert same_state(open_run(full_run).snapshot(600), open_run(out).snapshot(600)) == []
@@ -491,6 +533,43 @@ def test_signal_during_the_last_steps_ends_the_run_as_done(tmp_path):
     assert (out / "status").read_text().strip() == "done"
     run = open_run(out)
     assert run.steps == [0, 130] and run.timings is not None
+
+
+def test_a_restart_continues_the_run_with_its_own_steps_and_checkpoint_interval(tmp_path,
+                                                                                capsys):
+    """`parsim run --steps 300 --checkpoint-every 100` of a config that says 600 steps and a
+    checkpoint every 150: a restart without options goes on to step 300 with a checkpoint every
+    100 steps, as the interrupted run would have (until 2026-11-25 it ran to the config's 600
+    steps with the config's interval: a job resubmitted with a bare `parsim restart` ran past
+    the end it was given)."""
+    cfg = write_config(tmp_path)                  # steps = 600, checkpoint_every = 150
+    ref = tmp_path / "ref"
+    assert run_config(str(cfg), str(ref), steps=300, checkpoint_every=100, stream=QUIET) == 0
+    files = checkpoint.checkpoints_in(ref)
+    assert [_ck_step(p) for p in files] == [100, 200, 300]
+    data = checkpoint.read(files[0], bodies=False)
+    assert (data["target_steps"], data["checkpoint_every"]) == (300, 100)
+    from parsim.cli import main
+    capsys.readouterr()
+    assert main(["info", str(files[0])]) == 0
+    assert "its run: to step 300, a checkpoint every 100 steps" in capsys.readouterr().out
+    run_dir = tmp_path / "run"
+    shutil.copytree(ref, run_dir)
+    drop_after(run_dir, 100)
+    assert restart(str(run_dir / "checkpoints" / files[0].name), stream=QUIET) == 0
+    assert open_run(run_dir).steps == [0, 200, 300]
+    assert [_ck_step(p) for p in checkpoint.checkpoints_in(run_dir)] == [100, 200, 300]
+    for p, q in zip(checkpoint.checkpoints_in(ref)[1:], checkpoint.checkpoints_in(run_dir)[1:]):
+        assert same_checkpoint(p, q) == [], p.name
+    assert (run_dir / "status").read_text().strip() == "done"
+    # the finished run's last checkpoint: nothing left to run by default; --steps extends it
+    last = checkpoint.checkpoints_in(run_dir)[-1]
+    capsys.readouterr()
+    assert restart(str(last), stream=QUIET) == 2
+    assert "the step count of its run = 300 leaves nothing to run" in capsys.readouterr().err
+    assert restart(str(last), steps=350, stream=QUIET) == 0
+    assert open_run(run_dir).steps[-1] == 350
+    assert [_ck_step(p) for p in checkpoint.checkpoints_in(run_dir)][-1] == 350
 
 
 def _drift_scene(comm, bodies=True):
