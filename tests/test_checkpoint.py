@@ -344,7 +344,7 @@ sys.exit(run_config(sys.argv[1], sys.argv[2], stream=Trigger()))
 def test_sigterm_during_the_start_is_served_with_a_checkpoint(full_run, tmp_path):
     """SIGTERM before the first step (a long setup, a job preempted early): the run goes on to
     its first signal check, writes a checkpoint and stops as "interrupted <step>"; the restart
-    reaches step 600 with the uninterrupted bits. Until 2026-11-25 the signal handlers were
+    reaches step 600 with the uninterrupted bits. Until 2026-11-24 the signal handlers were
     installed only when stepping began, and such a signal killed the run without a checkpoint."""
     cfg = write_config(tmp_path, ck=0)
     out = tmp_path / "out"
@@ -539,7 +539,7 @@ def test_a_restart_continues_the_run_with_its_own_steps_and_checkpoint_interval(
                                                                                 capsys):
     """`parsim run --steps 300 --checkpoint-every 100` of a config that says 600 steps and a
     checkpoint every 150: a restart without options goes on to step 300 with a checkpoint every
-    100 steps, as the interrupted run would have (until 2026-11-25 it ran to the config's 600
+    100 steps, as the interrupted run would have (until 2026-11-24 it ran to the config's 600
     steps with the config's interval: a job resubmitted with a bare `parsim restart` ran past
     the end it was given)."""
     cfg = write_config(tmp_path)                  # steps = 600, checkpoint_every = 150
