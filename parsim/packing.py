@@ -196,14 +196,100 @@ def room(c0, dims, n, ex, ey, ez, rlo, rhi, r0, obs_pos, obs_r, key, samples):
 
 
 @njit(cache=True)
+def _sub_edges(e, s):
+    """Edges of the grid that splits every cell of the edges ``e`` into ``s`` equal parts."""
+    n = e.shape[0] - 1
+    out = np.empty(n * s + 1)
+    for i in range(n):
+        for k in range(s):
+            out[i * s + k] = e[i] + (e[i + 1] - e[i]) * (k / s)
+    out[n * s] = e[n]
+    return out
+
+
+@njit(cache=True, inline="always")
+def _sub_index(x, se, lo, hi):
+    """The cell ``i`` of the edges ``se`` with ``se[i] <= x < se[i + 1]`` (searchsorted's),
+    found from a guess and kept within ``lo .. hi`` (as :func:`_register` clamps)."""
+    i = lo + np.int64((x - se[lo]) / (se[hi + 1] - se[lo]) * (hi + 1 - lo))
+    i = min(max(i, lo), hi)
+    while i > lo and x < se[i]:
+        i -= 1
+    while i < hi and x >= se[i + 1]:
+        i += 1
+    return i
+
+
+@njit(cache=True)
+def _shell_sort(keys, vals):
+    """Sort ``keys`` and ``vals`` alike by ``keys``, in place (Shell sort: numba's
+    ``np.argsort`` costs ~10 s of compile time)."""
+    n = keys.shape[0]
+    gap = 1
+    while gap < n // 3:
+        gap = 3 * gap + 1
+    while gap > 0:
+        for i in range(gap, n):
+            k, v = keys[i], vals[i]
+            j = i
+            while j >= gap and keys[j - gap] > k:
+                keys[j] = keys[j - gap]
+                vals[j] = vals[j - gap]
+                j -= gap
+            keys[j] = k
+            vals[j] = v
+        gap //= 3
+
+
+#: sub-cells per axis of a generation cell for the obstacle lists of :func:`fill` (at most)
+SUB_MAX = 8
+
+
+@njit(cache=True)
 def fill(c0, dims, ex, ey, ez, rlo, rhi, start, size, ordinal, radius, obs_pos, obs_r, rb_max,
          key, attempts, pos, placed):
     """RSA over the box of generation cells ``c0 .. c0 + dims`` (edges ``ex, ey, ez``), colour
     by colour. Local cell l (x-major) holds the bodies ``start[l] .. start[l] + size[l]`` of
     the body arrays (``ordinal``, bounding ``radius``), biggest first. Writes ``pos`` and
-    ``placed`` (1 if the body found a free place in ``attempts[l]`` draws)."""
+    ``placed`` (1 if the body found a free place in ``attempts[l]`` draws).
+
+    A draw is tested against the obstacles listed for its *sub-cell* (each generation cell is
+    split into up to ``SUB_MAX`` parts per axis, of about ``rb_max``): every obstacle whose
+    sphere grown by ``rb_max`` reaches the sub-cell, nearest first (a draw in a crowded cell
+    is rejected after a few tests instead of half a list of hundreds); and against the bodies
+    placed in the neighbouring generation cells that its sphere grown by ``rb_max`` reaches.
+    Both lists hold every body the draw can overlap, so the outcome is that of testing all."""
     ncell = dims[0] * dims[1] * dims[2]
-    ostart, olist = _register(c0, dims, ex, ey, ez, obs_pos, obs_r, rb_max)
+    sub = np.empty(3, dtype=np.int64)
+    for d in range(3):
+        e = ex if d == 0 else (ey if d == 1 else ez)
+        w = np.inf
+        for i in range(c0[d], c0[d] + dims[d]):
+            w = min(w, e[i + 1] - e[i])
+        sub[d] = max(1, min(SUB_MAX, np.int64(w / max(rb_max, 1e-300))))
+    sx = _sub_edges(ex[c0[0]: c0[0] + dims[0] + 1], sub[0])
+    sy = _sub_edges(ey[c0[1]: c0[1] + dims[1] + 1], sub[1])
+    sz = _sub_edges(ez[c0[2]: c0[2] + dims[2] + 1], sub[2])
+    sdims = dims * sub
+    ostart, olist = _register(np.zeros(3, dtype=np.int64), sdims, sx, sy, sz, obs_pos, obs_r,
+                              rb_max)
+    # each sub-cell's list, nearest first (by the gap between its centre and the obstacle)
+    for q in range(sdims[0] * sdims[1] * sdims[2]):
+        a, b = ostart[q], ostart[q + 1]
+        if b - a < 2:
+            continue
+        qx = q // (sdims[1] * sdims[2])
+        qy = (q // sdims[2]) % sdims[1]
+        qz = q % sdims[2]
+        cx = 0.5 * (sx[qx] + sx[qx + 1])
+        cy = 0.5 * (sy[qy] + sy[qy + 1])
+        cz = 0.5 * (sz[qz] + sz[qz + 1])
+        gap = np.empty(b - a)
+        for i in range(a, b):
+            j = olist[i]
+            gap[i - a] = np.sqrt((obs_pos[j, 0] - cx) ** 2 + (obs_pos[j, 1] - cy) ** 2
+                                 + (obs_pos[j, 2] - cz) ** 2) - obs_r[j]
+        _shell_sort(gap, olist[a:b])
     nplaced = np.zeros(ncell, dtype=np.int64)
     ppos = np.empty((pos.shape[0], 3))          # placed bodies, packed at the start of a cell
     prad = np.empty(pos.shape[0])
@@ -220,6 +306,7 @@ def fill(c0, dims, ex, ey, ez, rlo, rhi, start, size, ordinal, radius, obs_pos, 
                 continue
             for b in range(start[l], start[l] + size[l]):
                 r = radius[b]
+                reach = r + rb_max
                 clo[0], chi[0] = max(ex[gx], rlo[0] + r), min(ex[gx + 1], rhi[0] - r)
                 clo[1], chi[1] = max(ey[gy], rlo[1] + r), min(ey[gy + 1], rhi[1] - r)
                 clo[2], chi[2] = max(ez[gz], rlo[2] + r), min(ez[gz + 1], rhi[2] - r)
@@ -227,8 +314,12 @@ def fill(c0, dims, ex, ey, ez, rlo, rhi, start, size, ordinal, radius, obs_pos, 
                 for a in range(attempts[l]):
                     for d in range(3):
                         x[d] = clo[d] + _uniform(key, ordinal[b], a, d) * (chi[d] - clo[d])
+                    qx = _sub_index(x[0], sx, lx * sub[0], lx * sub[0] + sub[0] - 1)
+                    qy = _sub_index(x[1], sy, ly * sub[1], ly * sub[1] + sub[1] - 1)
+                    qz = _sub_index(x[2], sz, lz * sub[2], lz * sub[2] + sub[2] - 1)
+                    q = (qx * sdims[1] + qy) * sdims[2] + qz
                     ok = True
-                    for k in range(ostart[l], ostart[l + 1]):
+                    for k in range(ostart[q], ostart[q + 1]):
                         j = olist[k]
                         s = 0.0
                         for d in range(3):
@@ -237,9 +328,16 @@ def fill(c0, dims, ex, ey, ez, rlo, rhi, start, size, ordinal, radius, obs_pos, 
                             ok = False
                             break
                     if ok:
-                        for dx in range(max(lx - 1, 0), min(lx + 2, dims[0])):
-                            for dy in range(max(ly - 1, 0), min(ly + 2, dims[1])):
-                                for dz in range(max(lz - 1, 0), min(lz + 2, dims[2])):
+                        # the neighbouring cells within reach (placed radii are <= rb_max)
+                        x0 = lx - 1 if lx > 0 and x[0] - reach < ex[gx] else lx
+                        x1 = lx + 1 if lx + 1 < dims[0] and x[0] + reach > ex[gx + 1] else lx
+                        y0 = ly - 1 if ly > 0 and x[1] - reach < ey[gy] else ly
+                        y1 = ly + 1 if ly + 1 < dims[1] and x[1] + reach > ey[gy + 1] else ly
+                        z0 = lz - 1 if lz > 0 and x[2] - reach < ez[gz] else lz
+                        z1 = lz + 1 if lz + 1 < dims[2] and x[2] + reach > ez[gz + 1] else lz
+                        for dx in range(x0, x1 + 1):
+                            for dy in range(y0, y1 + 1):
+                                for dz in range(z0, z1 + 1):
                                     m = (dx * dims[1] + dy) * dims[2] + dz
                                     for k in range(start[m], start[m] + nplaced[m]):
                                         s = 0.0
@@ -428,7 +526,8 @@ class Batch:
         # cell, up to SAMPLES times as many where the bodies already there fill most of it
         free = np.bincount(gl, weights=k, minlength=per_gen.size)
         whole = np.bincount(gl, weights=share, minlength=per_gen.size) * SAMPLES
-        tries = (self.attempts * np.ceil(whole / np.maximum(free, 1.0))).astype(np.int64)
+        tries = self.attempts * np.minimum(np.ceil(whole / np.maximum(free, 1.0)),
+                                           SAMPLES).astype(np.int64)
         start = np.cumsum(per_gen) - per_gen
         pos = np.zeros((ordinal.size, 3))
         placed = np.zeros(ordinal.size, dtype=np.int8)

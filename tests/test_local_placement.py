@@ -244,3 +244,55 @@ def test_local_placement_equals_the_serial_one(comm, fine_cells):
     if tuple(sim.dec.dims)[1:] != (1, 1):      # y or z cut: the rocks are global bodies
         assert n_global == 3
     assert comm.allgather(sim.next_uid) == [sim.next_uid] * comm.size
+
+
+def test_fill_equals_testing_every_obstacle_and_body():
+    """`packing.fill` tests a draw only against the obstacles listed for its sub-cell (nearest
+    first) and the bodies placed in the neighbouring cells it can reach; the outcome must be
+    that of testing every obstacle and every placed body (brute force over the same draws):
+    uneven cells split into 4 sub-cells per axis, small and large obstacles (some outside the
+    cells), a crowded cell where bodies fail."""
+    rng = np.random.default_rng(5)
+    ex, ey, ez = np.array([0.0, 1.0, 2.1, 3.0]), np.array([0.0, 0.9, 2.0]), np.array([0.0, 1.05])
+    c0, dims = np.zeros(3, np.int64), np.array([3, 2, 1])
+    rlo, rhi = np.zeros(3), np.array([3.0, 2.0, 1.05])
+    obs_pos = np.concatenate([rng.uniform([-0.3, -0.3, -0.3], [3.3, 2.3, 1.3], (150, 3)),
+                              [[0.5, 0.5, 0.5], [2.5, 1.5, 1.3]],
+                              rng.uniform([2.1, 0.9, 0.0], [3.0, 2.0, 1.05], (40, 3))])
+    obs_r = np.concatenate([rng.uniform(0.05, 0.15, 150), [0.45, 0.6], np.full(40, 0.12)])
+    per = 20
+    ncell = int(dims.prod())
+    radius = -np.sort(-rng.uniform(0.05, 0.2, (ncell, per)), axis=1).ravel()  # biggest first
+    ordinal = np.arange(radius.size, dtype=np.int64)
+    start, size = np.arange(ncell, dtype=np.int64) * per, np.full(ncell, per, np.int64)
+    attempts = np.full(ncell, 300, np.int64)
+    rb_max, key = float(radius.max()), packing.subkey(7, 11)
+    pos, placed = np.zeros((radius.size, 3)), np.zeros(radius.size, np.int8)
+    packing.fill(c0, dims, ex, ey, ez, rlo, rhi, start, size, ordinal, radius, obs_pos, obs_r,
+                 rb_max, key, attempts, pos, placed)
+    assert 0 < placed.sum() < placed.size            # the crowded cell turns bodies away
+
+    ref_pos, ref_placed = np.zeros_like(pos), np.zeros_like(placed)
+    done_p, done_r = np.zeros((0, 3)), np.zeros(0)
+    e = (ex, ey, ez)
+    for colour in range(8):
+        for l in range(ncell):
+            g = (l // dims[1], l % dims[1], 0)
+            if (g[0] & 1) | ((g[1] & 1) << 1) | ((g[2] & 1) << 2) != colour:
+                continue
+            for b in range(start[l], start[l] + size[l]):
+                r = radius[b]
+                lo = np.array([max(e[d][g[d]], rlo[d] + r) for d in range(3)])
+                hi = np.array([min(e[d][g[d] + 1], rhi[d] - r) for d in range(3)])
+                for a in range(attempts[l]):
+                    x = np.array([lo[d] + packing._uniform(key, ordinal[b], a, d) * (hi[d] - lo[d])
+                                  for d in range(3)])
+                    if (((obs_pos - x) ** 2).sum(1) < (obs_r + r) ** 2).any():
+                        continue
+                    if (((done_p - x) ** 2).sum(1) < (done_r + r) ** 2).any():
+                        continue
+                    ref_pos[b], ref_placed[b] = x, 1
+                    done_p, done_r = np.vstack([done_p, x]), np.append(done_r, r)
+                    break
+    assert np.array_equal(placed, ref_placed)
+    assert np.array_equal(pos[placed == 1], ref_pos[ref_placed == 1])
