@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 
 from . import __version__
-from .output import FILE_FIELDS, FORMAT, FORMAT_VERSION, _xdmf_grid
+from .output import FILE_FIELDS, FORMAT, FORMAT_VERSION, XdmfIndex
 
 LAYOUTS = ("auto", "per-rank", "shared")
 
@@ -65,6 +65,7 @@ class SharedSnapshotWriter:
         self.dir = Path(directory)
         self.path = self.dir / "snapshots.h5"
         self.xdmf = self.dir / "snapshots.xmf"
+        self._index = None           # the XDMF index in memory (rank 0)
         self.net = sim.net
         self.rank, self.size = self.net.rank, self.net.size
         self.seconds = 0.0
@@ -146,24 +147,15 @@ class SharedSnapshotWriter:
         g.attrs["counts"] = np.array(counts, dtype=np.int64)
         self.file.flush()
         if self.rank == 0:
-            self._write_xdmf()
+            self._write_xdmf(g.name.rsplit("/", 1)[-1])
 
-    def _write_xdmf(self) -> None:
-        snaps = self.file["snapshots"]
-        grids = []
-        for name in sorted(snaps.keys()):
-            g = snaps[name]
-            n = int(g.attrs["n_bodies"])
-            if n == 0:
-                continue
-            grids.append(_xdmf_grid(name, float(g.attrs["time"]), n, {
-                k: (g[k].dtype, g[k].shape[1:]) for k in FILE_FIELDS}))
-        text = ('<?xml version="1.0" ?>\n<Xdmf Version="3.0">\n  <Domain>\n'
-                '    <Grid Name="parsim" GridType="Collection" CollectionType="Temporal">\n'
-                + "".join(grids) + "    </Grid>\n  </Domain>\n</Xdmf>\n")
-        tmp = self.xdmf.with_name(self.xdmf.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.xdmf)
+    def _write_xdmf(self, name: str | None = None) -> None:
+        """Rank 0: rewrite the XDMF index after snapshot ``name`` (None: read all, on opening)."""
+        if name is None or self._index is None:
+            self._index = XdmfIndex(self.xdmf, self.file["snapshots"])
+        else:
+            self._index.add(name, self.file["snapshots"][name])
+        self._index.write()
 
     def write_timings(self, table: dict) -> None:
         """Per-phase (min, mean, max) seconds over the ranks; ``table`` is the same on every
