@@ -173,10 +173,26 @@ def test_unreadable_and_invalid_files(tmp_path):
 
 
 def test_every_shipped_config_validates():
+    """Every config in configs/ loads and passes the time-step check of `parsim run`
+    (configs/sand_and_rocks.toml, dt = 0.1 x its collision time, was refused by a rounding
+    error until 2026-11-24)."""
     for p in sorted((REPO / "configs").glob("*.toml")):
         cfg = load(p)
         assert cfg.sim.n_bodies > 0, p
-        cfg.sim.smallest_collision_time()
+        cfg.sim._check_dt()
+
+
+def test_a_time_step_of_exactly_a_tenth_of_the_collision_time_is_accepted():
+    for tc in (4e-4, 2e-4, 1e-3, 3e-5):
+        sim = parsim.Simulation(dt=tc / 10, domain=([0, 0, 0], [1, 1, 1]))
+        m = sim.add_material("m", 2500.0, restitution=0.6, collision_time=tc)
+        sim.add_sphere((0.5, 0.5, 0.5), 0.05, m)
+        sim._setup()
+        bad = parsim.Simulation(dt=tc / 10 * 1.001, domain=([0, 0, 0], [1, 1, 1]))
+        m = bad.add_material("m", 2500.0, restitution=0.6, collision_time=tc)
+        bad.add_sphere((0.5, 0.5, 0.5), 0.05, m)
+        with pytest.raises(parsim.SimulationError, match="exceeds 0.1 x the smallest collision"):
+            bad._setup()
 
 
 def test_parsim_run_cli_writes_snapshots_and_progress(tmp_path):
