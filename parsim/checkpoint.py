@@ -482,6 +482,18 @@ def checkpoints_in(directory) -> list[Path]:
     return sorted(d.glob("checkpoint_*.h5")) if d.is_dir() else []
 
 
+def drop_after(directory, step: int) -> None:
+    """Delete the checkpoints of ``directory`` after ``step`` (rank 0): a restart from ``step``
+    into its own run directory replaces that run's later snapshots, and its later checkpoints
+    go with them (they were kept until 2026-11-24, so the newest ones in the directory could
+    be of the replaced future while the snapshots ended earlier, and the pruning removed the
+    restart's own checkpoints first)."""
+    for p in checkpoints_in(directory):
+        if int(p.stem.split("_")[1]) > step:
+            p.unlink(missing_ok=True)
+            shutil.rmtree(parts_dir(p), ignore_errors=True)
+
+
 def prune(directory, keep: int) -> None:
     """Delete all but the newest ``keep`` checkpoints (rank 0 only, with no write under way),
     and the leftovers of interrupted writes (parts without a manifest, ``.tmp`` files)."""

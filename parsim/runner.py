@@ -417,7 +417,7 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
         if output and Path(output).resolve() != own:   # elsewhere: a directory of its own
             return _claim_output(Path(output), False, "A restart continues in its own run "
                                  f"directory ({own}) by default, or in an empty --output")
-        return None
+        return _own_run_directory(checkpoint_path, own, cfg.text)
 
     signals = _Signals()       # from the start: a signal during a long setup is served too
     try:
@@ -430,11 +430,42 @@ def restart(checkpoint_path: str, output: str | None = None, steps: int | None =
         signals.restore()
 
 
+def _own_run_directory(checkpoint_path, own: Path, config_text: str) -> str | None:
+    """Rank 0: why a restart must not write into ``own``, the directory two levels above the
+    checkpoint, or None. It must be the checkpoint's run: the checkpoint in its
+    ``checkpoints/``, and its snapshots (if any) of the same config. Until 2026-11-24 a
+    checkpoint copied elsewhere (which the docs allow) restarted into whatever directory lay
+    two levels up, and replaced the snapshots of another run there."""
+    way_out = ("pass --output DIR: a new directory, or the run directory the checkpoint came "
+               "from. Nothing was changed")
+    if Path(checkpoint_path).resolve().parent.name != "checkpoints":
+        return (f"{checkpoint_path}: not in a run's checkpoints/ directory, so it has no run "
+                f"directory to continue in; {way_out}")
+    snaps = own / "snapshots.h5"
+    if snaps.exists():
+        import h5py
+
+        try:
+            with h5py.File(snaps, "r") as f:
+                text = f["config"][()]
+            text = text.decode() if isinstance(text, bytes) else str(text)
+        except (OSError, KeyError) as e:
+            return f"{snaps}: not a readable parsim snapshot file ({e}); {way_out}"
+        if text != config_text:
+            return (f"{checkpoint_path}: {snaps} holds another run (its config differs from the "
+                    f"checkpoint's); {way_out}")
+    return None
+
+
 def _continue(net, cfg, checkpoint_path, output, steps, stream, checkpoint_every, signals):
+    from . import checkpoint
+
     sim = cfg.sim
     target = cfg.steps if steps is None else int(steps)
     out = Path(output) if output else Path(checkpoint_path).resolve().parent.parent
     writer = open_writer(out, cfg.text, cfg.path, sim, append_after=sim.step_count)
+    if net.rank == 0:                 # the replaced future: later snapshots and checkpoints
+        checkpoint.drop_after(out, sim.step_count)
     for note in cfg.notes:
         _say(sim, f"parsim restart: {note}", stream)
     _say(sim, f"parsim restart {checkpoint_path}: step {sim.step_count} -> {target}, "

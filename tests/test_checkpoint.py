@@ -324,6 +324,54 @@ def test_sigterm_stops_with_a_checkpoint_and_restarts_exactly(full_run, tmp_path
     assert same_state(open_run(full_run).snapshot(600), open_run(out).snapshot(600)) == []
 
 
+def test_a_restart_from_an_earlier_checkpoint_drops_the_later_ones(full_run, tmp_path):
+    """Restarting the run from step 300 to step 400 in its own directory replaces what came
+    after 300: the snapshots (400, 600) and the checkpoints (450, 600) of the old future. Until
+    2026-11-24 those checkpoints stayed, and the pruning (newest 3 kept) deleted the one the
+    restart came from: [400, 450, 600], with snapshots ending at 400."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(full_run, run_dir)
+    ck = run_dir / "checkpoints" / "checkpoint_0000000300.h5"
+    assert restart(str(ck), steps=400, stream=QUIET) == 0
+    assert open_run(run_dir).steps == [0, 200, 400]
+    assert [_ck_step(p) for p in checkpoint.checkpoints_in(run_dir)] == [300, 400]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "checkpoint_0000000300.h5", "checkpoint_0000000300.parts",
+        "checkpoint_0000000400.h5", "checkpoint_0000000400.parts"]
+
+
+def test_a_moved_checkpoint_does_not_restart_into_another_run(full_run, tmp_path, capsys):
+    """A checkpoint copied out of its run (with its parts, as the docs allow) has no run
+    directory: a restart without --output is refused, and so is one into a run directory of
+    another config; nothing there changes. Until 2026-11-24 the directory two levels above the
+    checkpoint was taken as the run's, and another run's snapshots there were replaced."""
+    other = tmp_path / "other"
+    cfg = write_config(tmp_path, steps=40, ck=20)          # another config (its step count)
+    assert run_config(str(cfg), str(other), stream=QUIET) == 0
+    src = checkpoint.checkpoints_in(full_run)[0]
+
+    def digest():
+        return sorted((p.relative_to(other).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+                      for p in other.rglob("*") if p.is_file())
+
+    for where in (other / "saved", other / "checkpoints"):
+        where.mkdir(exist_ok=True)
+        shutil.copy(src, where / src.name)
+        shutil.copytree(checkpoint.parts_dir(src), where / checkpoint.parts_dir(src).name)
+        before = digest()
+        capsys.readouterr()
+        assert restart(str(where / src.name), stream=QUIET) == 2
+        err = capsys.readouterr().err
+        assert "pass --output DIR" in err and "Nothing was changed" in err, err
+        assert ("not in a run's checkpoints/ directory" in err if where.name == "saved"
+                else "holds another run" in err), err
+        assert open_run(other).steps == [0, 40] and digest() == before
+    # with --output a new directory it continues there
+    assert restart(str(other / "saved" / src.name), str(tmp_path / "new"), stream=QUIET) == 0
+    assert same_state(open_run(full_run).snapshot(600),
+                      open_run(tmp_path / "new").snapshot(600)) == []
+
+
 SIGNAL_AT_START = """
 import os, signal, sys
 from parsim.runner import run_config
