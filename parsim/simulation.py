@@ -909,8 +909,16 @@ class Simulation:
                 moved = self.net.max(moved if math.isfinite(moved) else math.inf)
             if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
                 tc = time.perf_counter()
-                self._check(self.step_count + 1)
-                self._rebuild()
+                try:
+                    self._check(self.step_count + 1)
+                    self._rebuild()
+                except SimulationError:
+                    # the state is partway through the failing step: count it, so that the
+                    # snapshot of the failure does not replace that of the step before
+                    # (until 2026-11-24 a failure here was written over the step-N snapshot)
+                    self.step_count += 1
+                    self.time += self.dt
+                    raise
                 moved = 0.0           # the rebuild took the current poses as reference
                 checked = False       # bodies may have arrived, been wrapped or deleted
             else:

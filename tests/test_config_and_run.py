@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import tomllib
@@ -231,6 +232,23 @@ def test_failed_run_keeps_its_output_and_names_the_body(tmp_path):
     assert run.snapshot(0)["status"] == "ok"
     last = run.snapshot(-1)
     assert last["status"] == "failed" and last["step"] > 0
+
+
+def test_a_failure_in_the_first_step_keeps_the_snapshot_of_step_zero(tmp_path):
+    """Bodies at 1000 m/s leave the walled box in the first drift, found by the check before
+    the neighbour-list rebuild: the failed state is written as step 1 (the step the error
+    names) and the snapshot of step 0 stays. Until 2026-11-24 it was written over step 0."""
+    text = BASE.replace('count = 300', 'count = 50\nvelocity = [0.0, 0.0, -1000.0]')
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    out = tmp_path / "o"
+    assert run_config(str(p), str(out), stream=open(os.devnull, "w")) == 1
+    run = pio.open_run(out)
+    assert run.steps == [0, 1]
+    first, failed = run.snapshot(0), run.snapshot(1)
+    assert first["status"] == "ok" and failed["status"] == "failed"
+    assert (first["velocity"][:, 2] == -1000.0).sum() == 50     # the initial state
+    assert failed["position"][:, 2].min() < 0.0                 # the failing one
 
 
 def test_reader_errors_name_the_file(tmp_path):
