@@ -248,6 +248,9 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
             raise dom_t.err("blocks", f"= {list(blocks)}: {e}; drop it to let parsim choose") \
                 from None
         raise ConfigError(f"{src}: {e}") from None
+    if isinstance(mats, dict):
+        raise ConfigError(f"{src}: [materials] must be an array of tables: write [[materials]] "
+                          "(double brackets) above each material")
     if not isinstance(mats, list) or not mats:
         raise ConfigError(f"{src}: [[materials]]: at least one material is required")
     material_keys = ("density", "restitution", "collision_time", "stiffness", "damping",
@@ -256,7 +259,9 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
     for i, m in enumerate(mats):
         t = _Table(m, f"[[materials]][{i}]", src)
         name = t.string("name")
-        kw = {k: t.raw(k) for k in material_keys if t.has(k)}
+        kw = {k: (t.string(k) if k == "model" else t.number(k))
+              for k in material_keys if t.has(k)}
+        t.used.update(material_keys)     # a typo's hint lists every key a material may have
         t.done()
         try:
             sim.add_material(name, **kw)

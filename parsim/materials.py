@@ -72,10 +72,12 @@ class Material:
 
 def _check(name: str, field: str, value, low: float, high: float = math.inf,
            low_open: bool = False, high_open: bool = False) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"material {name!r}: {field} must be a number, got {value!r}") from None
+    import numbers
+
+    # a bool or a string is not a number here (float(True) and float("2500") would pass)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"material {name!r}: {field} must be a number, got {value!r}")
+    v = float(value)
     ok_low = v > low if low_open else v >= low
     ok_high = v < high if high_open else v <= high
     if not (math.isfinite(v) and ok_low and ok_high):

@@ -158,10 +158,26 @@ def test_rain_pours_batches_during_the_run(tmp_path):
     (("region = [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]", "region = [[0.0, 0.0, 0.0], [1.0, 1.0, 3.0]]"),
      r"\[\[bodies\]\]\[0\]\.region: must lie inside the domain"),
     (('shape = "sphere"', 'shape = "sphere"\nmaterial = "rubber"'), r"\[\[bodies\]\]\[0\]\.material: unknown material 'rubber'"),
+    # material fields: a bool or a string is not a number (both were taken as numbers until
+    # 2026-11-24: collision_time = true was 1 s), a typo's hint names every material key
+    (("collision_time = 1e-3", "collision_time = true"), r"\[\[materials\]\]\[0\]\.collision_time: must be a number, got True"),
+    (("density = 2500.0", 'density = "2500"'), r"\[\[materials\]\]\[0\]\.density: must be a number, got '2500'"),
+    (("restitution = 0.5", "restitution = 0.5\nrolling_fricton = 0.1"), r"unknown field\(s\) rolling_fricton \(allowed: .*rolling_friction"),
+    (("[[materials]]", "[materials]"), r"\[materials\] must be an array of tables: write \[\[materials\]\]"),
 ])
 def test_config_errors_name_the_field(edit, message):
     with pytest.raises(ConfigError, match=message):
         build(_cfg(**{edit[0]: edit[1]}), "x.toml")
+
+
+def test_the_api_refuses_booleans_and_strings_as_material_numbers():
+    sim = parsim.Simulation(dt=1e-5)
+    for kw in ({"density": "2500", "restitution": 0.5, "collision_time": 1e-3},
+               {"density": 2500.0, "restitution": True, "collision_time": 1e-3},
+               {"density": 2500.0, "restitution": 0.5, "collision_time": np.bool_(True)}):
+        with pytest.raises(ValueError, match="must be a number"):
+            sim.add_material("m", **kw)
+    sim.add_material("m", np.float32(2500.0), restitution=np.int64(1), collision_time=1e-3)
 
 
 def test_unreadable_and_invalid_files(tmp_path):
