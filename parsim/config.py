@@ -160,7 +160,7 @@ class RunConfig:
     rains: list
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
-    notes: list = field(default_factory=list)      #: what a restart changed, to tell the user
+    notes: list = field(default_factory=list)      #: what to tell the user (rank 0 prints them)
 
 
 def load(path, steps: int | None = None) -> RunConfig:
@@ -303,7 +303,11 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
         if spec["kind"] == "rain":
             rains.append(RainSchedule(i, spec["every"], spec["count"], spec["total"], spec))
             if not restart:
-                pour(sim, rains[-1], t)
+                asked = min(spec["count"], spec["total"])
+                placed = pour(sim, rains[-1], t)
+                if placed < asked:
+                    notes.append(f"rain {spec['where']} at step 0: placed {placed} of {asked} "
+                                 "(the region is crowded; the shortfall is not made up later)")
         else:
             _generate(sim, spec, t)
     if not restart:

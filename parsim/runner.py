@@ -183,7 +183,13 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
         while sim.step_count < target:
             for rain in cfg.rains:
                 if rain.remaining and sim.step_count % rain.every == 0 and sim.step_count:
-                    pour(sim, rain)
+                    asked = min(rain.count, rain.remaining)
+                    placed = pour(sim, rain)
+                    if placed < asked:      # the region is crowded: say so (not made up later)
+                        _say(sim, f"rain {rain.spec['where']} at step {sim.step_count}: placed "
+                             f"{placed} of {asked} (the region is crowded; the shortfall is not "
+                             f"made up later, {rain.remaining} of its total are still to come)",
+                             stream)
             sim.run(_stretch(sim.step_count, target, cfg, checkpoint_every))
             s = sim.step_count
             stop = net.max(signals.caught)
@@ -364,6 +370,8 @@ def _run_config(net, signals, config, output, steps, stream, checkpoint_every, o
     if warning and net.rank == 0:
         print(warning, file=sys.stderr, flush=True)
     writer = open_writer(out, cfg.text, cfg.path, sim)
+    for note in cfg.notes:
+        _say(sim, f"parsim run: {note}", stream)
     _say(sim, f"parsim run {config}: {sim.count_bodies()} bodies, {cfg.steps} steps of "
          f"{sim.dt:g} s, {net.size} rank(s) as blocks {list(sim.dec.dims)}, output {writer.path}",
          stream)

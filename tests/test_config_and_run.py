@@ -273,3 +273,49 @@ def test_reader_errors_name_the_file(tmp_path):
     (tmp_path / "snapshots.h5").write_bytes(b"not hdf5 at all")
     with pytest.raises(pio.OutputError, match="not a readable HDF5 file"):
         pio.open_run(tmp_path)
+
+
+CROWDED_RAIN = """
+[simulation]
+dt = 5e-5
+steps = 150
+gravity = [0.0, 0.0, -9.81]
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [0.05, 0.05, 0.3]
+walls = true
+[output]
+every = 100
+[[materials]]
+name = "glass"
+density = 2500.0
+restitution = 0.5
+collision_time = 5e-4
+[[bodies]]
+kind = "rain"
+shape = "sphere"
+radius = 0.003
+region = [[0.0, 0.0, 0.25], [0.05, 0.05, 0.3]]
+count = 300
+every = 100
+total = 1000
+"""
+
+
+def test_a_crowded_rain_batch_says_how_many_it_placed(tmp_path):
+    """A rain batch into a crowded region places fewer bodies; `parsim run` says so, for the
+    batch at the start and for later ones (it was silent until 2026-11-24, and the run ended
+    with far fewer bodies than `total` without a word)."""
+    import io
+
+    p = tmp_path / "c.toml"
+    p.write_text(CROWDED_RAIN)
+    out = io.StringIO()
+    assert run_config(str(p), str(tmp_path / "o"), stream=out) == 0
+    lines = [x for x in out.getvalue().splitlines() if "the region is crowded" in x]
+    assert len(lines) == 2, out.getvalue()
+    placed = [tuple(map(int, x.split("placed ")[1].split(" (")[0].split(" of "))) for x in lines]
+    assert placed[0][0] < placed[0][1] == 300 and placed[1][0] < placed[1][1] == 300
+    assert "at step 0" in lines[0] and "at step 100" in lines[1]
+    run = pio.open_run(tmp_path / "o")
+    assert run.snapshot(-1)["uid"].size == 6 + placed[0][0] + placed[1][0]
