@@ -342,6 +342,33 @@ def _overlap_warning(sim) -> str | None:
             "them apart hard. Check the input positions and sizes")
 
 
+#: more global bodies than this (and than 1 % of the bodies) get a warning at the start
+GLOBAL_WARNING = 16
+
+
+def _global_warning(sim) -> str | None:
+    """A warning (rank 0's view, the same on every rank) if many finite bodies are global:
+    larger than a quarter of the narrowest block, computed by every rank, so the blocks do
+    not divide their work."""
+    import numpy as np
+
+    from .bodies import GLOBAL
+    from .shapes import PLANE
+
+    if sim.net.size == 1:
+        return None
+    st = sim.st
+    no = st.n_owned
+    n = int(np.count_nonzero(((st.flags[:no] & GLOBAL) != 0) & (st.shape[:no] != PLANE)))
+    total = sim.count_bodies()
+    if n <= max(GLOBAL_WARNING, total // 100):
+        return None
+    return (f"parsim: warning: {n} of {total} bodies are larger than a quarter of the "
+            f"narrowest block ({sim.global_radius:.4g}) with blocks {list(sim.dec.dims)}: every "
+            "rank computes them all (global bodies), so the ranks do not divide their work. "
+            "Use fewer blocks along the cut axes (or fewer ranks)")
+
+
 def run_config(config: str, output: str | None = None, steps: int | None = None,
                stream=sys.stdout, checkpoint_every: int | None = None,
                overwrite: bool = False) -> int:
@@ -366,9 +393,9 @@ def _run_config(net, signals, config, output, steps, stream, checkpoint_every, o
     if cfg is None:
         return status
     sim = cfg.sim
-    warning = _overlap_warning(sim)
-    if warning and net.rank == 0:
-        print(warning, file=sys.stderr, flush=True)
+    for warning in (_overlap_warning(sim), _global_warning(sim)):
+        if warning and net.rank == 0:
+            print(warning, file=sys.stderr, flush=True)
     writer = open_writer(out, cfg.text, cfg.path, sim)
     for note in cfg.notes:
         _say(sim, f"parsim run: {note}", stream)

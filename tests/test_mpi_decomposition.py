@@ -310,3 +310,25 @@ def test_two_global_bodies_touching_across_a_seam_are_one_contact(comm):
             msg = f"the two spheres should touch at steps 15, 20, 25: serial counts {ref[0]}"
     msg = comm.bcast(msg, root=0)
     assert msg is None, msg
+
+
+@pytest.mark.mpi(min_size=2)
+def test_many_global_bodies_get_a_warning(comm):
+    """A tall column cut across its narrow side (the default keeps the gravity axis uncut):
+    spheres larger than a quarter of a block are global, computed by every rank; `parsim run`
+    warns when more than 16 (and 1 %) of the bodies are (it was silent until 2026-11-24)."""
+    from parsim.runner import _global_warning
+
+    def column(radius):
+        sim = Simulation(dt=1e-5, domain=([0, 0, 0], [0.02, 0.02, 0.3]),
+                                gravity=(0, 0, -9.81), comm=comm)
+        m = sim.add_material("m", 2500.0, restitution=0.5, collision_time=5e-4)
+        z = np.linspace(0.01, 0.29, 50)
+        sim.add_spheres(np.stack([np.full(50, 0.01), np.full(50, 0.01), z], 1), radius, m)
+        return sim
+
+    sim = column(0.003)
+    assert sim.dec.dims[2] == 1 and sim.global_radius < 0.003
+    w = _global_warning(sim)
+    assert w is not None and "50 of 50 bodies are larger than a quarter" in w, w
+    assert _global_warning(column(0.3 * sim.global_radius)) is None
