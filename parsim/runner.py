@@ -67,7 +67,8 @@ def _prepare_ranks(net) -> None:
 
 
 class _Signals:
-    """SIGTERM / SIGUSR1 (SLURM's warning before the wall time with ``--signal``) set a flag;
+    """SIGTERM / SIGUSR1 (SLURM's warning before the wall time with ``--signal``) and SIGINT
+    (Ctrl-C; a second one raises KeyboardInterrupt) set a flag;
     the ranks agree on it every :data:`SIGNAL_POLL` steps and at every snapshot, checkpoint
     and progress line (one reduction) and stop cleanly together."""
 
@@ -76,13 +77,20 @@ class _Signals:
 
         self.caught = 0
         self._old = {}
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             try:
                 self._old[sig] = signal.signal(sig, self._handler)
             except (ValueError, OSError):        # not the main thread
                 pass
 
     def _handler(self, signum, frame):
+        import signal
+
+        if signum == signal.SIGINT and self.caught == signal.SIGINT:
+            raise KeyboardInterrupt       # Ctrl-C twice: stop now, without a checkpoint
+        if signum == signal.SIGINT:
+            print("parsim: Ctrl-C: stopping at the next signal check with a checkpoint "
+                  "(press it again to stop at once, without one)", file=sys.stderr, flush=True)
         self.caught = int(signum)
 
     def restore(self):

@@ -372,6 +372,28 @@ def test_a_moved_checkpoint_does_not_restart_into_another_run(full_run, tmp_path
                       open_run(tmp_path / "new").snapshot(600)) == []
 
 
+def test_ctrl_c_stops_with_a_checkpoint(tmp_path):
+    """SIGINT (Ctrl-C on a workstation) stops the run as SIGTERM does: a checkpoint and
+    "interrupted <step>" (until 2026-11-24 it ended the run with a traceback, no checkpoint and
+    no status); the handler is the caller's again afterwards."""
+    class Trigger:
+        def write(self, text):
+            if text.startswith("step") and "100/600" in text:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def flush(self):
+            pass
+
+    before = signal.getsignal(signal.SIGINT)
+    cfg = write_config(tmp_path, ck=0)
+    out = tmp_path / "out"
+    assert run_config(str(cfg), str(out), stream=Trigger()) == 0
+    status = (out / "status").read_text().split()
+    assert status[0] == "interrupted" and 100 < int(status[1]) <= 150, status
+    assert [_ck_step(p) for p in checkpoint.checkpoints_in(out)] == [int(status[1])]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 SIGNAL_AT_START = """
 import os, signal, sys
 from parsim.runner import run_config
