@@ -356,8 +356,11 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
                          np.pad(r["per_rank"], (0, n_ranks - r["per_rank"].size))
                          for r in rows])
     nb = np.array([r["n_bodies"] for r in rows])
+    # each snapshot's own rank count (a restart may change it): the mean load is over those
+    snap_ranks = np.array([max(int(a.get("ranks", 1)), 1) for a in attrs])
     result = dict(steps=step_arr, time=t, ke_trans=ke_t, ke_rot=ke_r, ke=ke_t + ke_r,
                   n_contacts=nc, n_bodies=nb, per_rank=per_rank, n_ranks=n_ranks,
+                  snap_ranks=snap_ranks,
                   counts_attr=[r["counts_attr"] for r in rows],
                   profile_step=int(last["step"]), profile_centres=centres, profile_phi=phi,
                   bin_width=width, area=area, up=up, bed_bottom=bottom, bed_top=top,
@@ -453,7 +456,7 @@ def _plots(res, rows, axis_name, has_gravity, out) -> list[Path]:
     ax1.set_title("bodies owned per rank")
     if pr.shape[1] <= 16:
         ax1.legend(fontsize=8, ncol=2)
-    mean = pr.mean(axis=1)
+    mean = pr.sum(axis=1) / res["snap_ranks"]
     imb = np.divide(pr.max(axis=1), mean, out=np.full(mean.shape, np.nan), where=mean > 0)
     ax2.plot(t, imb, marker=".", color="k")
     ax2.set_ylabel("max / mean")
@@ -471,7 +474,7 @@ def _plots(res, rows, axis_name, has_gravity, out) -> list[Path]:
             ax.bar(x + (i - 1) * 0.27, [res["timings"][p][k] for p in phases], 0.27, label=k)
         ax.set_xticks(x, phases, rotation=35, ha="right")
         ax.set_ylabel("seconds")
-        ax.set_title(f"time per phase over {res['n_ranks']} rank(s), whole run")
+        ax.set_title("time per phase, min/mean/max over the ranks, last run segment")
         ax.legend()
         fig.tight_layout()
         files.append(out / "timings.png")
@@ -480,13 +483,19 @@ def _plots(res, rows, axis_name, has_gravity, out) -> list[Path]:
     return files
 
 
+def _ranks_text(snap_ranks) -> str:
+    """'2 rank(s)', or '2 -> 1 rank(s)' over the snapshots of a run restarted on others."""
+    seq = [int(snap_ranks[0])] + [int(b) for a, b in zip(snap_ranks, snap_ranks[1:]) if a != b]
+    return " -> ".join(map(str, seq)) + " rank(s)"
+
+
 def _summary(run_dir, res, rows, axis_name, has_gravity, axis_aligned, nbins) -> str:
     L = []
     first, last = rows[0], rows[-1]
     shp = last["shapes"]
     L.append(f"run {run_dir}: {len(rows)} snapshots, steps {first['step']}..{last['step']}, "
-             f"t = {first['time']:.6g}..{last['time']:.6g} s, {res['n_ranks']} rank(s), "
-             f"last status {last['status']}")
+             f"t = {first['time']:.6g}..{last['time']:.6g} s, "
+             f"{_ranks_text(res['snap_ranks'])}, last status {last['status']}")
     L.append(f"bodies (planes excluded): {last['n_bodies']} at the last snapshot "
              f"(spheres {shp[0]}, boxes {shp[1]}, capsules {shp[2]})")
     ke = res["ke"]
@@ -509,13 +518,15 @@ def _summary(run_dir, res, rows, axis_name, has_gravity, axis_aligned, nbins) ->
     L.append(f"  solid volume in the bins {res['solid_in_bins']:.6g} m^3 of "
              f"{res['solid_total']:.6g} m^3")
     pr = res["per_rank"]
-    mean = pr.mean(axis=1)
+    mean = pr.sum(axis=1) / res["snap_ranks"]
     imb = np.divide(pr.max(axis=1), mean, out=np.full(mean.shape, np.nan), where=mean > 0)
-    L.append(f"load: bodies per rank at the last snapshot {pr[-1].tolist()} (sum "
+    L.append(f"load: bodies per rank at the last snapshot "
+             f"{pr[-1][: res['snap_ranks'][-1]].tolist()} (sum "
              f"{int(pr[-1].sum())}); max/mean: last {imb[-1]:.3f}, worst {np.nanmax(imb):.3f}"
              f"; 'counts' attribute (with global bodies) {last['counts_attr'].tolist()}")
     if res["timings"]:
-        L.append("timings [s] over the ranks (whole run):")
+        L.append("timings [s] over the ranks (the last run segment: since the start or the "
+                 "last restart):")
         L.append(f"  {'phase':<22s} {'min':>9s} {'mean':>9s} {'max':>9s}")
         for k, v in res["timings"].items():
             L.append(f"  {k:<22s} {v['min']:9.3f} {v['mean']:9.3f} {v['max']:9.3f}")
