@@ -225,8 +225,9 @@ def test_bodies_per_rank_match_the_ranks_counts(comm, mpi_tmp_path):
 
 
 def test_rank_counts_of_a_run_restarted_on_other_ranks():
-    """A run started on 2 ranks and restarted on 1: the summary says '2 -> 1 rank(s)', and the
-    load of a snapshot is over its own ranks (until 2026-11-24 the last snapshot of such a run
-    read as [2000, 0], max/mean 2.000)."""
+    """The rank counts of a run started on 2 ranks and restarted on 1 read '2 -> 1 rank(s)'
+    (the summary said '2 rank(s)'; the load is now taken over each snapshot's own ranks, checked
+    by hand on such a run: [2000], max/mean 1.000 at the last snapshot instead of [2000, 0],
+    2.000)."""
     assert analyze_run._ranks_text(np.array([2, 2, 1, 1])) == "2 -> 1 rank(s)"
     assert analyze_run._ranks_text(np.array([4])) == "4 rank(s)"
