@@ -139,4 +139,4 @@ class Decomposition:
 
     def describe(self) -> str:
         return (f"rank {self.rank} of {self.size}, block {self.coords} of {self.dims}, "
-                f"[{tuple(self.block_lo)}, {tuple(self.block_hi)})")
+                f"[{tuple(map(float, self.block_lo))}, {tuple(map(float, self.block_hi))})")

@@ -270,8 +270,12 @@ def _claim_output(out: Path, overwrite: bool, way_out: str | None = None) -> str
     found = [name for name in RUN_FILES if (out / name).exists()]
     if found and not overwrite:
         if way_out is None:
-            way_out = (f"Continue it with `parsim restart {out / 'checkpoints'}/<newest>.h5`, "
-                       "choose another --output, or pass --overwrite to replace it")
+            from .checkpoint import checkpoints_in
+
+            cks = checkpoints_in(out)
+            way_out = ((f"Continue it with `parsim restart {cks[-1]}` (its newest checkpoint), "
+                        if cks else "It has no checkpoint to continue from: ")
+                       + "choose another --output, or pass --overwrite to replace it")
         return (f"--output {out}: holds an earlier run ({', '.join(found)}); nothing was "
                 f"changed. {way_out}")
     try:

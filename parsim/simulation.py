@@ -154,8 +154,8 @@ class Simulation:
             self.lo = _vec3(lo, "domain lower corner")
             self.hi = _vec3(hi, "domain upper corner")
             if not (self.hi > self.lo).all():
-                raise ValueError(f"domain: upper corner {tuple(self.hi)} must exceed the lower "
-                                 f"corner {tuple(self.lo)} on every axis")
+                raise ValueError(f"domain: upper corner {tuple(map(float, self.hi))} must exceed the lower "
+                                 f"corner {tuple(map(float, self.lo))} on every axis")
         self.walled = ~self.periodic & np.isfinite(self.lo)
         self.box = np.where(self.periodic, self.hi - self.lo, 0.0)
         if skin is not None:
@@ -321,8 +321,8 @@ class Simulation:
             out = (self.walled & ((centers < self.lo) | (centers >= self.hi))).any(axis=1)
             if out.any():
                 i = int(np.flatnonzero(out)[0])
-                raise ValueError(f"{name} {i} at {tuple(centers[i])} lies outside the domain "
-                                 f"[{tuple(self.lo)}, {tuple(self.hi)}) on a non-periodic axis")
+                raise ValueError(f"{name} {i} at {tuple(map(float, centers[i]))} lies outside the domain "
+                                 f"[{tuple(map(float, self.lo))}, {tuple(map(float, self.hi))}) on a non-periodic axis")
         if uids is None and self._next_uid + n > MAX_UID:
             raise ValueError("too many bodies: uids exhausted")
         mass, inertia = _mass_properties(shape, params, mat.density)

@@ -284,8 +284,8 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
 
     run_dir = Path(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / "analysis"
+    run = parsim.io.open_run(run_dir)      # not a run: an error before anything is made
     out.mkdir(parents=True, exist_ok=True)
-    run = parsim.io.open_run(run_dir)
     try:
         steps = run.steps
         if not steps:

@@ -152,6 +152,7 @@ region = [[0.0, 0.0, 0.02], [0.08, 0.06, 0.1]]
 def test_bad_input_names_the_file_and_the_fix(tmp_path):
     with pytest.raises(SystemExit, match="snapshots.h5"):
         analyze_run.main([str(tmp_path)])
+    assert not (tmp_path / "analysis").exists()      # nothing made in a directory that is no run
     # a run whose config lacks the density of a material: the error names it and --density
     sim = parsim.Simulation(dt=1e-4, domain=([0, 0, 0], [1, 1, 1]), comm=None)
     m = sim.add_material("glass", 2500.0, restitution=0.5, collision_time=2e-3)

@@ -91,8 +91,13 @@ def test_run_into_an_earlier_run_is_refused_and_changes_nothing(finished, tmp_pa
     d = shutil.copytree(run, tmp_path / "again")
     before = _digest(d)
     code = run_config(str(cfg), str(d), steps=10, stream=QUIET)
-    _refused(capsys, code, str(d), "holds an earlier run", "--overwrite", "parsim restart")
+    _refused(capsys, code, str(d), "holds an earlier run", "--overwrite",
+             "parsim restart " + str(d / "checkpoints" / "checkpoint_0000000040.h5"))
     assert _digest(d) == before
+    # without checkpoints there is nothing to restart: the refusal does not suggest it
+    shutil.rmtree(d / "checkpoints")
+    code = run_config(str(cfg), str(d), steps=10, stream=QUIET)
+    _refused(capsys, code, str(d), "holds an earlier run", "has no checkpoint to continue from")
 
 
 def test_overwrite_replaces_the_earlier_run_and_only_it(finished, tmp_path):
