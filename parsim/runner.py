@@ -510,9 +510,12 @@ def _continue(net, cfg, checkpoint_path, output, steps, stream, checkpoint_every
     sim = cfg.sim
     target = cfg.steps if steps is None else int(steps)
     out = Path(output) if output else Path(checkpoint_path).resolve().parent.parent
+    fresh = not (out / "snapshots.h5").exists()
     writer = open_writer(out, cfg.text, cfg.path, sim, append_after=sim.step_count)
     if net.rank == 0:                 # the replaced future: later snapshots and checkpoints
         checkpoint.drop_after(out, sim.step_count)
+    if fresh:                         # a new --output starts with the state it starts from
+        writer.write(sim)
     for note in cfg.notes:
         _say(sim, f"parsim restart: {note}", stream)
     _say(sim, f"parsim restart {checkpoint_path}: step {sim.step_count} -> {target}, "

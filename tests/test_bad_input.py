@@ -14,6 +14,7 @@ import pytest
 
 from parsim.config import ConfigError, load
 from parsim.runner import restart, run_config
+from parsim.io import open_run
 
 BASE = """
 [simulation]
@@ -269,4 +270,12 @@ def test_restart_into_another_run_is_refused(finished, tmp_path, capsys):
     _refused(capsys, code, str(other), "holds an earlier run", "its own run directory")
     assert (_digest(mine), _digest(other)) == before
     assert restart(str(ck), str(tmp_path / "fresh"), steps=40, stream=QUIET) == 0
+    # the new directory starts with a snapshot of the checkpoint's state (since 2026-11-24),
+    # equal to the run's own snapshot of that step
+    fresh, orig = open_run(tmp_path / "fresh"), open_run(run)
+    assert fresh.steps == [20, 40]
+    for s in (20, 40):
+        a, b = fresh.snapshot(s), orig.snapshot(s)
+        assert all(np.array_equal(a[k], b[k]) for k in ("uid", "position", "velocity",
+                                                         "angular_velocity", "orientation")), s
     assert restart(str(ck), str(mine), steps=40, stream=QUIET) == 0
