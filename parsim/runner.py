@@ -510,7 +510,9 @@ def _continue(net, cfg, checkpoint_path, output, steps, stream, checkpoint_every
     sim = cfg.sim
     target = cfg.steps if steps is None else int(steps)
     out = Path(output) if output else Path(checkpoint_path).resolve().parent.parent
-    fresh = not (out / "snapshots.h5").exists()
+    # rank 0's view, before open_writer creates the file (another rank looking later would
+    # see it and skip the collective write below)
+    fresh = net.bcast(not (out / "snapshots.h5").exists() if net.rank == 0 else None)
     writer = open_writer(out, cfg.text, cfg.path, sim, append_after=sim.step_count)
     if net.rank == 0:                 # the replaced future: later snapshots and checkpoints
         checkpoint.drop_after(out, sim.step_count)
