@@ -490,13 +490,12 @@ def _own_run_directory(checkpoint_path, own: Path, config_text: str) -> str | No
                 f"directory to continue in; {way_out}")
     snaps = own / "snapshots.h5"
     if snaps.exists():
-        import h5py
+        from .io import OutputError, open_run
 
         try:
-            with h5py.File(snaps, "r") as f:
-                text = f["config"][()]
-            text = text.decode() if isinstance(text, bytes) else str(text)
-        except (OSError, KeyError) as e:
+            with open_run(own) as run:
+                text = run.config
+        except (OutputError, OSError, KeyError) as e:
             return f"{snaps}: not a readable parsim snapshot file ({e}); {way_out}"
         if text != config_text:
             return (f"{checkpoint_path}: {snaps} holds another run (its config differs from the "

@@ -372,18 +372,25 @@ def test_a_moved_checkpoint_does_not_restart_into_another_run(full_run, tmp_path
                       open_run(tmp_path / "new").snapshot(600)) == []
 
 
-def test_ctrl_c_stops_with_a_checkpoint(tmp_path):
-    """SIGINT (Ctrl-C on a workstation) stops the run as SIGTERM does: a checkpoint and
-    "interrupted <step>" (until 2026-11-24 it ended the run with a traceback, no checkpoint and
-    no status); the handler is the caller's again afterwards."""
+def _signal_at(needle: str, sig):
+    """A run's output stream that sends ``sig`` to this process at the line holding ``needle``
+    (a signal at a known step, without timing a subprocess)."""
     class Trigger:
         def write(self, text):
-            if text.startswith("step") and "100/600" in text:
-                os.kill(os.getpid(), signal.SIGINT)
+            if needle in text:
+                os.kill(os.getpid(), sig)
 
         def flush(self):
             pass
 
+    return Trigger
+
+
+def test_ctrl_c_stops_with_a_checkpoint(tmp_path):
+    """SIGINT (Ctrl-C on a workstation) stops the run as SIGTERM does: a checkpoint and
+    "interrupted <step>" (until 2026-11-24 it ended the run with a traceback, no checkpoint and
+    no status); the handler is the caller's again afterwards."""
+    Trigger = _signal_at("step       100/600", signal.SIGINT)
     before = signal.getsignal(signal.SIGINT)
     cfg = write_config(tmp_path, ck=0)
     out = tmp_path / "out"
@@ -588,14 +595,7 @@ def test_signal_during_the_last_steps_ends_the_run_as_done(tmp_path):
     """SIGTERM at the progress line of step 100 of a 130-step run: the next stretch reaches the
     target, so the run is complete: status "done" with its timings, not "interrupted 130" (which
     told a job script to restart, and the restart was refused: nothing left to run)."""
-    class Trigger:
-        def write(self, text):
-            if "step       100/130" in text:
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        def flush(self):
-            pass
-
+    Trigger = _signal_at("step       100/130", signal.SIGTERM)
     cfg = tmp_path / "job.toml"
     cfg.write_text(LAST_STRETCH)
     out = tmp_path / "out"
