@@ -27,6 +27,6 @@ def _isolate_numba_cache() -> None:
 
 _isolate_numba_cache()
 
-from .simulation import Simulation, SimulationError  # noqa: E402
+from .simulation import OverlapWarning, Simulation, SimulationError  # noqa: E402
 
-__all__ = ["Simulation", "SimulationError", "__version__"]
+__all__ = ["OverlapWarning", "Simulation", "SimulationError", "__version__"]

@@ -161,6 +161,7 @@ class RunConfig:
     checkpoint_every: int = 0
     keep_checkpoints: int = 2
     notes: list = field(default_factory=list)      #: what to tell the user (rank 0 prints them)
+    warnings: list = field(default_factory=list)   #: the setup's warnings (rank 0 prints them)
 
 
 def load(path, steps: int | None = None) -> RunConfig:

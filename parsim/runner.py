@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .config import ConfigError, load, pour
 from .output_shared import open_writer
-from .simulation import SimulationError
+from .simulation import OverlapWarning, SimulationError
 
 
 def _say(sim, text: str, stream) -> None:
@@ -51,19 +52,48 @@ def timing_table(table: dict) -> str:
 
 
 def _prepare_ranks(net) -> None:
-    """One numba thread per rank (unless NUMBA_NUM_THREADS says otherwise), and kernels compiled
-    by rank 0 alone before the others load them (concurrent cold-cache compiles crash numba)."""
+    """On several ranks one numba thread per rank (unless NUMBA_NUM_THREADS says otherwise).
+    The kernels are compiled (or loaded) first by rank 0 alone, before the others load them
+    (concurrent cold-cache compiles crash numba), with a note when that takes long: a run's
+    timings never include compiling."""
     import os
 
     import numba
 
-    if "NUMBA_NUM_THREADS" not in os.environ:
+    if net.size > 1 and "NUMBA_NUM_THREADS" not in os.environ:
         numba.set_num_threads(1)
     if net.rank == 0:
-        from .warmup import compile_kernels
+        import threading
 
-        compile_kernels()
+        from . import warmup
+
+        # a cold cache means a minute or more of compiling: say so rather than stay silent
+        t0 = time.perf_counter()
+        said = threading.Event()
+        note = threading.Timer(COMPILE_NOTE_AFTER, lambda: (_compile_note(), said.set()))
+        note.daemon = True
+        note.start()
+        try:
+            warmup.compile_kernels()
+        finally:
+            note.cancel()
+            note.join()
+        if said.is_set():
+            print(f"parsim: kernels ready after {time.perf_counter() - t0:.0f} s", flush=True)
     net.barrier()
+
+
+#: seconds of loading kernels after which the run says that it is compiling them
+COMPILE_NOTE_AFTER = 5.0
+
+
+def _compile_note() -> None:
+    import numba
+
+    where = numba.config.CACHE_DIR or "__pycache__ next to parsim's sources"
+    print("parsim: compiling the numba kernels (the first run after installing or editing "
+          f"parsim takes one to three minutes; they are kept in {where} for the next runs)",
+          flush=True)
 
 
 class _Signals:
@@ -184,8 +214,8 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
     t0 = time.perf_counter()
     last_t, last_step = t0, sim.step_count
     first = sim.step_count
+    work0 = sim.body_steps
     keep = cfg.keep_checkpoints
-    n_total = sim.count_bodies()
     bar = _Bar(stream, first, target) if net.rank == 0 and _isatty(stream) else None
     try:
         while sim.step_count < target:
@@ -241,6 +271,7 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
     if sim.step_count == first:       # nothing to do: still end with a snapshot
         writer.write(sim)
     wall = net.max(time.perf_counter() - t0)
+    work = net.isum(sim.body_steps - work0)     # bodies present in each step, summed
     deleted = net.isum(sim.deleted)
     tab = timings(sim, {"output": writer.seconds})
     writer.write_timings(tab)
@@ -249,7 +280,7 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
     _write_status(out, net, "done")
     steps = sim.step_count - first
     _say(sim, f"done: {steps} steps in {wall:.1f} s "
-         f"({n_total * steps / max(wall, 1e-9):.3g} particle-steps/s on {net.size} rank(s)); "
+         f"({work / max(wall, 1e-9):.3g} particle-steps/s on {net.size} rank(s)); "
          f"{deleted} bodies deleted by outflow; snapshots in {writer.path}\n{table}", stream)
     return 0
 
@@ -298,12 +329,16 @@ def _claim_output(out: Path, overwrite: bool, way_out: str | None = None) -> str
 def _start(net, load_fn, ready=None):
     """(cfg, None) or (None, exit status) after reporting a config error once. ``ready(cfg)``:
     a last check before anything is written (rank 0's message, if any, stops every rank)."""
-    if net.size > 1:
-        _prepare_ranks(net)
+    _prepare_ranks(net)
     cfg, err = None, None
     try:
         cfg = load_fn()
-        cfg.sim._setup()                 # the time-step check and anything else setup refuses
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", OverlapWarning)
+            cfg.sim._setup()             # the time-step check and anything else setup refuses
+        # the setup's warnings (rank 0's), printed by the caller in the run's own way
+        cfg.warnings = [f"parsim: warning: {w.message}" for w in caught
+                        if issubclass(w.category, OverlapWarning)]
     except ConfigError as e:
         err = f"parsim: {e}"
     except ValueError as e:            # checkpoint errors
@@ -320,38 +355,6 @@ def _start(net, load_fn, ready=None):
             print(err, file=sys.stderr, flush=True)
         return None, 2
     return cfg, None
-
-
-#: a start with bodies overlapping by more than this fraction of the smaller radius is reported
-OVERLAP_WARNING = 0.05
-
-
-def _overlap_warning(sim) -> str | None:
-    """Collective: a warning if two spheres (or a sphere and a wall) overlap by more than
-    :data:`OVERLAP_WARNING` of the smaller radius at the start (their contact force would throw
-    them apart; usually a mistake in the input), else None. Uses the neighbour list's gaps of
-    the setup, so other shapes are not looked at."""
-    import numpy as np
-
-    from .shapes import PLANE, SPHERE
-
-    st, nl = sim.st, sim.nl
-    worst = (0.0, -1, -1)
-    if nl is not None and nl.gap.size:
-        pa, pb = nl.pa[: nl.gap.size], nl.pb[: nl.gap.size]
-        ok = np.isfinite(nl.gap) & (st.shape[pa] == SPHERE)
-        ra = st.params[pa, 0]
-        rb = np.where(st.shape[pb] == PLANE, ra, st.params[pb, 0])
-        ratio = np.where(ok, -nl.gap / np.minimum(ra, rb), 0.0)
-        if ratio.size and ratio.max() > OVERLAP_WARNING:
-            k = int(np.argmax(ratio))
-            worst = (float(ratio[k]), int(st.uid[pa[k]]), int(st.uid[pb[k]]))
-    worst = max(sim.net.allgather(worst))
-    if worst[0] <= OVERLAP_WARNING:
-        return None
-    return (f"parsim: warning: bodies overlap at the start, up to {100 * worst[0]:.3g} % of the "
-            f"smaller radius (uids {worst[1]} and {worst[2]}); their contact forces will push "
-            "them apart hard. Check the input positions and sizes")
 
 
 #: more global bodies than this (and than 1 % of the bodies) get a warning at the start
@@ -405,7 +408,7 @@ def _run_config(net, signals, config, output, steps, stream, checkpoint_every, o
     if cfg is None:
         return status
     sim = cfg.sim
-    for warning in (_overlap_warning(sim), _global_warning(sim)):
+    for warning in (*cfg.warnings, _global_warning(sim)):
         if warning and net.rank == 0:
             print(warning, file=sys.stderr, flush=True)
     writer = open_writer(out, cfg.text, cfg.path, sim)

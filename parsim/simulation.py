@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 
 import numba
 import numpy as np
@@ -45,6 +46,10 @@ from .shapes import BOX, CAPSULE, PLANE, SHAPE_NAMES, SPHERE, bounding_radius
 #: largest allowed time step as a fraction of the smallest collision time
 DT_FRACTION = 0.1
 PHASES = ("neighbours", "contacts", "integration", "communication", "checks")
+
+
+class OverlapWarning(UserWarning):
+    """Bodies overlap deeply at the start of a simulation (usually an input mistake)."""
 
 
 class SimulationError(RuntimeError):
@@ -200,6 +205,9 @@ class Simulation:
         self.step_count = 0
         self.time = 0.0
         self.deleted = 0
+        #: this rank's owned bodies summed over the steps taken (replicated bodies, i.e. planes
+        #: and global bodies, counted on rank 0 only): the work done, for rates
+        self.body_steps = 0
         self.n_contacts = 0
         self._in_play = np.empty(0, dtype=np.int64)  # scratch: pairs in play (sparse lists)
         self._prefilter = None  # list the pairs in play first: None = when sparse (tests force it)
@@ -612,8 +620,39 @@ class Simulation:
         return best, where
 
     def _setup(self) -> None:
+        first = self.step_count == 0 and not self._restart_exact
         self._check_dt()
         self._setup_lists()
+        if first:
+            msg = self._start_overlap()         # collective
+            if msg is not None and self.net.rank == 0:
+                warnings.warn(msg, OverlapWarning, stacklevel=4)
+
+    #: a start with bodies overlapping by more than this fraction of the smaller radius warns
+    OVERLAP_WARNING = 0.05
+
+    def _start_overlap(self) -> str | None:
+        """Collective: a message if two spheres (or a sphere and a plane) overlap by more than
+        :data:`OVERLAP_WARNING` of the smaller radius (their contact force would throw them
+        apart; usually a mistake in the input), else None. Uses the neighbour list's gaps of
+        the setup, so other shapes are not looked at."""
+        st, nl = self.st, self.nl
+        worst = (0.0, -1, -1)
+        if nl is not None and nl.gap.size:
+            pa, pb = nl.pa[: nl.gap.size], nl.pb[: nl.gap.size]
+            ok = np.isfinite(nl.gap) & (st.shape[pa] == SPHERE)
+            ra = st.params[pa, 0]
+            rb = np.where(st.shape[pb] == PLANE, ra, st.params[pb, 0])
+            ratio = np.where(ok, -nl.gap / np.minimum(ra, rb), 0.0)
+            if ratio.size and ratio.max() > self.OVERLAP_WARNING:
+                k = int(np.argmax(ratio))
+                worst = (float(ratio[k]), int(st.uid[pa[k]]), int(st.uid[pb[k]]))
+        worst = max(self.net.allgather(worst))
+        if worst[0] <= self.OVERLAP_WARNING:
+            return None
+        return (f"bodies overlap at the start, up to {100 * worst[0]:.3g} % of the smaller "
+                f"radius (uids {worst[1]} and {worst[2]}); their contact forces will push them "
+                "apart hard. Check the input positions and sizes")
 
     def _check_dt(self) -> None:
         """Refuse a time step above :data:`DT_FRACTION` x the smallest collision time."""
@@ -887,8 +926,11 @@ class Simulation:
         ahead = math.inf    # every rank's bound of the next drift's displacement
         bounded = self.net.size > 1
         slack = self._round_slack() if bounded else math.inf
+        # replicated bodies (on every rank) count once in body_steps: on rank 0
+        rep = int(np.count_nonzero(st.flags[: st.n_owned] & REPLICATED)) if self.net.rank else 0
         for k in range(n):
             no = st.n_owned
+            self.body_steps += no - rep
             t0 = time.perf_counter()
             if moved is None:
                 moved = pick(I.first_half, no)(
@@ -1032,10 +1074,31 @@ class Simulation:
                         "; the time step is probably too large for the contact stiffness")
             else:
                 what = (f"its centre {_fmt(st.position[i])} left the domain "
-                        f"[{_fmt(self.lo)}, {_fmt(self.hi)}) (outflow = 'error'; use "
-                        "outflow = 'delete' to remove such bodies)")
+                        f"[{_fmt(self.lo)}, {_fmt(self.hi)})")
+                wall = self._plane_passed(i)
+                if wall is None:
+                    what += " (outflow = 'error'; use outflow = 'delete' to remove such bodies)"
+                else:
+                    what += (f" through the plane uid {int(st.uid[wall])} (point "
+                             f"{_fmt(st.position[wall])}, normal {_fmt(st.params[wall, :3])}) at"
+                             f" speed {float(np.linalg.norm(st.velocity[i])):.6g}: the body's "
+                             "overlap with the plane grew beyond its size, i.e. the contact is "
+                             "too soft for the body's speed or load; use a stiffer material "
+                             "(a larger stiffness or a shorter collision_time, with a dt to "
+                             "match) or lower speeds")
             return f"body uid {uid} at step {step}: {what}"
         return None
+
+    def _plane_passed(self, i: int) -> int | None:
+        """Slot of a plane whose solid side holds the centre of owned body ``i`` (the body
+        went through it), or None."""
+        st = self.st
+        planes = np.flatnonzero(st.shape[: st.n_owned] == PLANE)
+        if planes.size == 0:
+            return None
+        behind = ((st.position[i] - st.position[planes]) * st.params[planes, :3]).sum(axis=1)
+        k = int(np.argmin(behind))
+        return int(planes[k]) if behind[k] < 0.0 else None
 
     def run(self, steps: int, callback=None, every: int = 0) -> None:
         """Advance ``steps`` time steps; ``callback(sim)`` is called every ``every`` steps."""

@@ -186,6 +186,7 @@ def test_neighbour_skin_does_not_change_the_result_bitwise():
             assert np.array_equal(s[k], finals[0][k]), k
 
 
+@pytest.mark.filterwarnings("ignore::parsim.OverlapWarning")     # a random, overlapping cluster
 def test_periodic_seam_equals_shifted_open_cluster():
     """A cluster straddling a periodic seam moves as the same cluster away from any boundary."""
     rng = np.random.default_rng(3)

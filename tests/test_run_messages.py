@@ -1,0 +1,167 @@
+"""What a run tells its user: the warning about bodies overlapping at the start (also through
+the API), the rate of the closing line (bodies of each step, also when all of them left), the
+error of a body that went through a wall, and the note while the kernels compile."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import parsim
+from parsim import runner
+from parsim.comm import Net
+from parsim.runner import run_config
+
+
+def _pair(gap_fraction: float, comm="auto") -> parsim.Simulation:
+    """Two spheres of radius 0.1 whose centres are (2 + gap_fraction) radii apart."""
+    sim = parsim.Simulation(dt=1e-5, domain=((0, 0, 0), (1, 1, 1)), comm=comm)
+    m = sim.add_material("g", density=2500.0, restitution=0.5, collision_time=1e-3)
+    sim.add_sphere((0.5, 0.5, 0.3), 0.1, m)
+    sim.add_sphere((0.5, 0.5, 0.3 + 0.1 * (2.0 + gap_fraction)), 0.1, m)
+    return sim
+
+
+def test_overlapping_spheres_added_through_the_api_warn_once():
+    """Spheres overlapping by 60 % of their radius: the first run warns, naming the pair (as
+    ``parsim run`` does for a config); the next run does not repeat it. Apart: no warning."""
+    sim = _pair(-0.6)
+    with pytest.warns(parsim.OverlapWarning, match=r"up to 60 % of the smaller radius "
+                                                   r"\(uids 0 and 1\)"):
+        sim.run(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim.run(2)
+        _pair(0.01).run(2)
+        _pair(-0.04).run(2)          # 4 % is below the 5 % threshold
+
+
+def _body_steps_by_hand(sim, steps: int) -> tuple[int, int]:
+    """(bodies present at the start of each step, summed; the simulation's own count)."""
+    net = sim.net
+    start = net.isum(sim.body_steps)
+    by_hand = 0
+    for _ in range(steps):
+        by_hand += sim.count_bodies()
+        sim.run(1)
+    return by_hand, net.isum(sim.body_steps) - start
+
+
+def _leaving(comm="auto") -> parsim.Simulation:
+    """Spheres shot out of an open domain one after another (outflow = "delete"), and a plane
+    they do not touch (planes are kept by every rank)."""
+    sim = parsim.Simulation(dt=1e-4, gravity=(0, 0, -9.81), domain=((0, 0, 0), (1, 1, 1)),
+                            outflow="delete", comm=comm)
+    m = sim.add_material("g", density=2500.0, restitution=0.5, collision_time=1e-2)
+    n = 12
+    x = np.linspace(0.05, 0.95, n)
+    centers = np.column_stack([x, np.full(n, 0.5), np.full(n, 0.9)])
+    vel = np.column_stack([np.zeros(n), np.zeros(n), -np.linspace(4.0, 20.0, n)])
+    sim.add_spheres(centers, np.full(n, 0.02), m, velocities=vel)
+    sim.add_plane((0, 0, 0), (1, 0, 0), m)
+    return sim
+
+
+def test_the_rate_counts_the_bodies_of_every_step():
+    """``body_steps`` (the closing line's particle-steps) is the number of bodies present at
+    the start of each step, summed: equal to counting them step by step, while they leave."""
+    sim = _leaving()
+    n0 = sim.count_bodies()
+    by_hand, counted = _body_steps_by_hand(sim, 1500)
+    assert sim.deleted > 0 and sim.count_bodies() < n0     # the count changed on the way
+    assert counted == by_hand
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_rate_counts_every_body_once_on_several_ranks(comm):
+    """The same on several ranks: the ranks' counts add up to the bodies of each step, each
+    plane once (planes are kept by every rank)."""
+    sim = _leaving(comm)
+    by_hand, counted = _body_steps_by_hand(sim, 1500)
+    deleted = sim.net.isum(sim.deleted)
+    assert deleted > 0
+    assert counted == by_hand
+
+
+def test_a_run_whose_bodies_all_left_reports_their_rate(tmp_path):
+    """When every body has left by the end, the closing line's rate is still that of the bodies
+    the steps had (it used to multiply by the final count: 0 particle-steps/s)."""
+    cfg = tmp_path / "gone.toml"
+    cfg.write_text("""
+[simulation]
+dt = 1e-4
+steps = 300
+gravity = [0.0, 0.0, -9.81]
+outflow = "delete"
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [0.1, 0.1, 0.05]
+
+[[materials]]
+name = "g"
+density = 2500.0
+restitution = 0.5
+collision_time = 1e-3
+
+[[bodies]]
+kind = "lattice"
+shape = "sphere"
+radius = 0.003
+spacing = 0.01
+region = [[0.0, 0.0, 0.01], [0.1, 0.1, 0.02]]
+velocity = [0.0, 0.0, -1.0]
+""")
+    out = io.StringIO()
+    assert run_config(str(cfg), str(tmp_path / "run"), stream=out) == 0
+    text = out.getvalue()
+    done = re.search(r"done: 300 steps in \S+ s \((\S+) particle-steps/s.*?(\d+) bodies deleted",
+                     text)
+    assert done, text
+    assert int(done.group(2)) == 100 and float(done.group(1)) > 0.0, text
+
+
+def _shot_at_the_floor(with_plane: bool) -> parsim.Simulation:
+    """A fast sphere at a soft floor: its overlap grows beyond its radius, its centre passes
+    z = 0 (the domain's bottom, outflow = "error")."""
+    sim = parsim.Simulation(dt=1e-4, domain=((0, 0, 0), (1, 1, 1)))
+    m = sim.add_material("soft", density=2500.0, restitution=0.5, collision_time=1e-2)
+    sim.add_sphere((0.5, 0.5, 0.05), 0.01, m, velocity=(0.0, 0.0, -20.0))
+    if with_plane:
+        sim.add_plane((0.5, 0.5, 0.0), (0, 0, 1), m)
+    return sim
+
+
+def test_a_body_through_a_wall_is_named_with_the_fix():
+    """The error names the plane the body went through and says the contact is too soft; a
+    body leaving where there is no wall gets the outflow hint instead."""
+    sim = _shot_at_the_floor(True)
+    with pytest.raises(parsim.SimulationError,
+                       match=r"left the domain .* through the plane uid 1 \(point \(0\.5, 0\.5, "
+                             r"0\), normal \(0, 0, 1\)\) .*too soft") as e:
+        sim.run(200)
+    assert "outflow = 'delete'" not in str(e.value)
+    with pytest.raises(parsim.SimulationError, match=r"left the domain .*outflow = 'delete'"):
+        _shot_at_the_floor(False).run(200)
+
+
+def test_a_long_compile_is_announced(monkeypatch, capsys):
+    """Loading the kernels longer than COMPILE_NOTE_AFTER prints what is happening and, at the
+    end, how long it took; a quick load prints nothing."""
+    from parsim import warmup
+
+    monkeypatch.setattr(warmup, "compile_kernels", lambda: time.sleep(0.3))
+    monkeypatch.setattr(runner, "COMPILE_NOTE_AFTER", 0.05)
+    runner._prepare_ranks(Net(None))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("parsim: compiling the numba kernels (the first run")
+    assert lines[1] == "parsim: kernels ready after 0 s"
+    monkeypatch.setattr(runner, "COMPILE_NOTE_AFTER", 5.0)
+    runner._prepare_ranks(Net(None))
+    assert capsys.readouterr().out == ""
