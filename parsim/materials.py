@@ -154,8 +154,13 @@ def mixed(a: Material, b: Material, overrides: dict) -> np.ndarray:
     key = (min(a.index, b.index), max(a.index, b.index))
     if key in overrides:
         return overrides[key]
+    return _row(_mixed_material(a, b))
+
+
+def _mixed_material(a: Material, b: Material) -> Material:
+    """The pair a, b as one material (mixing rules); a ValueError when they do not mix."""
     if a.index == b.index:
-        return _row(a)
+        return a
     if a.model != b.model:
         raise ValueError(
             f"materials {a.name!r} and {b.name!r} use different contact models ({a.model} vs "
@@ -172,7 +177,7 @@ def mixed(a: Material, b: Material, overrides: dict) -> np.ndarray:
         m = Material(a.name + "+" + b.name, -1, 1.0,
                      restitution=math.sqrt(a.restitution * b.restitution),
                      collision_time=0.5 * (a.collision_time + b.collision_time), **_common(a, b))
-    return _row(m)
+    return m
 
 
 def _common(a: Material, b: Material) -> dict:
@@ -193,10 +198,39 @@ def pair_table(materials: list[Material], overrides: dict) -> np.ndarray:
     return table
 
 
+#: what a material takes besides its name and density
+PARAMETERS = ("restitution", "collision_time", "stiffness", "damping", "friction",
+              "rolling_friction", "tangential_stiffness_ratio", "tangential_damping_ratio",
+              "model")
+_NORMAL = ("restitution", "collision_time", "stiffness", "damping")
+
+
+def unknown_parameters(name: str, params: dict) -> None:
+    """A ValueError naming the first parameter a material does not take, if any."""
+    bad = [k for k in params if k not in PARAMETERS]
+    if bad:
+        raise ValueError(f"material {name!r}: unknown parameter {bad[0]!r}; a material takes "
+                         f"density and {', '.join(PARAMETERS)}")
+
+
 def override_row(a: Material, b: Material, params: dict) -> np.ndarray:
-    """Row for ``set_interaction``: the pair's own parameters, validated like a material's."""
-    m = make_material(f"{a.name}+{b.name}", -1, 1.0, **params)
-    return _row(m)
+    """Row for ``set_interaction``: the pair's own parameters, validated like a material's.
+    What ``params`` leaves out keeps the pair's mixed value (the normal law as a whole: the
+    stiffness and damping, or the restitution and collision time); when the two materials do
+    not mix, the normal law must be given."""
+    name = f"{a.name}+{b.name}"
+    unknown_parameters(name, params)
+    try:
+        base = _mixed_material(a, b)
+    except ValueError:
+        base = None
+    kw = {}
+    if base is not None:
+        kw = {k: getattr(base, k) for k in PARAMETERS if k not in _NORMAL}
+        if not any(k in params for k in _NORMAL):
+            kw.update({k: getattr(base, k) for k in _NORMAL if getattr(base, k) is not None})
+    kw.update(params)
+    return _row(make_material(name, -1, 1.0, **kw))
 
 
 def collision_time(row: np.ndarray, m_eff: float) -> float:

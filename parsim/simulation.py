@@ -38,7 +38,8 @@ from .contacts import (accumulate, finish_sums, sphere_pair_forces,
                        sphere_pairs_in_play)
 from .contacts_general import general_pair_forces, scratch
 from .parallel import pick, threaded
-from .materials import Material, collision_time, make_material, override_row, pair_table
+from .materials import (Material, collision_time, make_material, override_row, pair_table,
+                        unknown_parameters)
 from .neighbours import NeighbourList
 from .rotation import normalized_quaternion
 from .shapes import BOX, CAPSULE, PLANE, SHAPE_NAMES, SPHERE, bounding_radius
@@ -72,6 +73,16 @@ def _fmt(v) -> str:
     return "(" + ", ".join(f"{float(x):.6g}" for x in v) + ")"
 
 
+def _count(value, name: str, low: int) -> int:
+    """``value`` as an int >= ``low``; a bool, a fraction or a non-number is refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if not (isinstance(value, (float, np.floating)) and float(value).is_integer()):
+            raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    if int(value) < low:
+        raise ValueError(f"{name} must be >= {low}, got {value!r}")
+    return int(value)
+
+
 def _vec3(value, name: str) -> np.ndarray:
     a = np.asarray(value, dtype=np.float64)
     if a.shape != (3,) or not np.isfinite(a).all():
@@ -79,19 +90,52 @@ def _vec3(value, name: str) -> np.ndarray:
     return a
 
 
-def _rows(value, n: int, name: str, default=None) -> np.ndarray:
-    """``value`` as float64[n, 3] (one row broadcast to all bodies, or n rows)."""
+def _array(value, name: str) -> np.ndarray:
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be numbers (a number, a row or an array), got "
+                         f"{value!r}") from None
+
+
+def _rows(value, n: int, name: str, default=None, width: int = 3) -> np.ndarray:
+    """``value`` as float64[n, width] (one row broadcast to all bodies, or n rows)."""
     if value is None:
         value = default
-    a = np.asarray(value, dtype=np.float64)
-    if a.ndim == 1:
-        a = np.broadcast_to(a, (n, a.shape[0]))
-    if a.ndim != 2 or a.shape[0] != n:
-        raise ValueError(f"{name} must have one row per body ({n}), got shape {a.shape}")
+    a = _array(value, name)
+    if a.ndim == 1 and a.shape[0] == width:
+        a = np.broadcast_to(a, (n, width))
+    if a.shape != (n, width):
+        raise ValueError(f"{name} must be {width} numbers per body: one row for all or one row "
+                         f"per body (shape ({n}, {width})), got shape {a.shape}")
     if not np.isfinite(a).all():
         bad = int(np.flatnonzero(~np.isfinite(a).all(axis=1))[0])
         raise ValueError(f"{name}[{bad}] is not finite: {a[bad]!r}")
     return np.ascontiguousarray(a)
+
+
+def _centers(value, name: str) -> np.ndarray:
+    """Centres as float64[n, 3] (one row: one body)."""
+    a = _array(value, name)
+    if a.ndim == 1 and a.shape[0] == 3:
+        a = a[None, :]
+    elif a.size == 0:
+        a = a.reshape(0, 3)
+    if a.ndim != 2 or a.shape[1] != 3:
+        raise ValueError(f"{name} must be rows of 3 coordinates (shape (n, 3)), got shape "
+                         f"{a.shape}")
+    return a
+
+
+def _sizes(value, n: int, name: str) -> np.ndarray:
+    """A size per body as float64[n]: one number for all, or n numbers."""
+    a = _array(value, name)
+    if a.ndim == 0 or a.shape == (1,):
+        return np.full(n, float(a.reshape(-1)[0]))
+    if a.shape != (n,):
+        raise ValueError(f"{name} must be one number for all bodies or one per body ({n}), got "
+                         f"shape {a.shape}")
+    return a.copy()
 
 
 class Simulation:
@@ -239,13 +283,18 @@ class Simulation:
         ``tangential_stiffness_ratio``, ``tangential_damping_ratio`` (see :mod:`parsim.materials`)."""
         if any(m.name == name for m in self.materials):
             raise ValueError(f"material {name!r} exists already")
+        unknown_parameters(name, params)
         m = make_material(name, len(self.materials), density, **params)
         self.materials.append(m)
         self._table = None
         return m
 
     def set_interaction(self, a, b, **params) -> None:
-        """Contact parameters of the pair of materials a, b (overrides the mixing rules)."""
+        """Contact parameters of the pair of materials a, b (overrides the mixing rules).
+        What ``params`` leaves out keeps the pair's mixed value: the normal law as a whole
+        (stiffness and damping, or restitution and collision_time), friction, rolling friction,
+        the tangential ratios and the model. Materials that do not mix (different models or
+        forms) need the normal law here."""
         ma, mb = self._material(a), self._material(b)
         self._overrides[(min(ma.index, mb.index), max(ma.index, mb.index))] = \
             override_row(ma, mb, params)
@@ -316,9 +365,8 @@ class Simulation:
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 raise ValueError(f"{name} {i}: sizes must be finite and > 0, got {params[i, :k]!r}")
-        q = _rows(orientations, n, f"{name} orientations", (1.0, 0.0, 0.0, 0.0))
-        if q.shape[1] != 4:
-            raise ValueError(f"{name} orientations must be quaternions (w, x, y, z)")
+        q = _rows(orientations, n, f"{name} orientations (quaternions w, x, y, z)",
+                  (1.0, 0.0, 0.0, 0.0), width=4)
         norm = np.linalg.norm(q, axis=1)
         if (norm < 1e-12).any():
             raise ValueError(f"{name} orientation {int(np.argmin(norm))} is a zero quaternion")
@@ -405,13 +453,10 @@ class Simulation:
         Afterwards :attr:`next_uid` is one past the largest uid given on any rank. This is how
         a large run is built without any rank holding every body (the config's lattice
         generator does it); bodies larger than a block allows must be added collectively."""
-        r = np.atleast_1d(np.asarray(radii, dtype=np.float64))
-        c = np.asarray(centers, dtype=np.float64)
-        if r.shape[0] == 1 and c.ndim == 2:           # one radius for all
-            r = np.repeat(r, c.shape[0])
-        params = np.zeros((r.shape[0], 3))
-        params[:, 0] = r
-        return self._add(SPHERE, params, centers, None, velocities, angular_velocities,
+        c = _centers(centers, "sphere centers")
+        params = np.zeros((c.shape[0], 3))
+        params[:, 0] = _sizes(radii, c.shape[0], "sphere radii")
+        return self._add(SPHERE, params, c, None, velocities, angular_velocities,
                          material, fixed, uids)
 
     def add_sphere(self, center, radius, material, velocity=(0, 0, 0),
@@ -424,9 +469,9 @@ class Simulation:
                   angular_velocities=None, fixed: bool = False, uids=None) -> np.ndarray:
         """Add n boxes (half_extents float[n, 3] along the body axes); returns their uids
         (``uids``: a rank-local call, see :meth:`add_spheres`)."""
-        c = np.asarray(centers, dtype=np.float64)
-        he = _rows(half_extents, c.shape[0] if c.ndim == 2 else 1, "box half_extents")
-        return self._add(BOX, he.copy(), centers, orientations, velocities,
+        c = _centers(centers, "box centers")
+        he = _rows(half_extents, c.shape[0], "box half_extents")
+        return self._add(BOX, he.copy(), c, orientations, velocities,
                          angular_velocities, material, fixed, uids)
 
     def add_box(self, center, half_extents, orientation=(1, 0, 0, 0), material=None,
@@ -441,18 +486,15 @@ class Simulation:
         """Add n capsules: a cylinder of ``length`` (along the body x axis) and ``radius`` with
         hemispherical caps; returns their uids (``uids``: a rank-local call, see
         :meth:`add_spheres`)."""
-        c = np.asarray(centers, dtype=np.float64)
-        n = c.shape[0] if c.ndim == 2 else 1
-        r, ln = np.broadcast_arrays(np.atleast_1d(np.asarray(radii, dtype=np.float64)),
-                                    np.atleast_1d(np.asarray(lengths, dtype=np.float64)))
-        if r.shape[0] == 1:                           # one size for all
-            r, ln = np.repeat(r, n), np.repeat(ln, n)
-        params = np.zeros((r.shape[0], 3))
+        c = _centers(centers, "capsule centers")
+        n = c.shape[0]
+        r, ln = _sizes(radii, n, "capsule radii"), _sizes(lengths, n, "capsule lengths")
+        params = np.zeros((n, 3))
         params[:, 0] = r
         params[:, 1] = 0.5 * ln
         if not (ln > 0).all():
             raise ValueError(f"capsule lengths must be > 0, got {ln[~(ln > 0)][:1]}")
-        return self._add(CAPSULE, params, centers, orientations, velocities,
+        return self._add(CAPSULE, params, c, orientations, velocities,
                          angular_velocities, material, fixed, uids)
 
     def add_capsule(self, center, radius, length, orientation=(1, 0, 0, 0), material=None,
@@ -1101,13 +1143,19 @@ class Simulation:
         return int(planes[k]) if behind[k] < 0.0 else None
 
     def run(self, steps: int, callback=None, every: int = 0) -> None:
-        """Advance ``steps`` time steps; ``callback(sim)`` is called every ``every`` steps."""
-        steps = int(steps)
-        if steps < 0:
-            raise ValueError(f"steps must be >= 0, got {steps}")
-        if callback is None or not every:
+        """Advance ``steps`` time steps; ``callback(sim)`` is called after every step whose
+        number (``step_count``) is a multiple of ``every`` (an integer >= 1, required with a
+        callback and only with one)."""
+        steps = _count(steps, "steps", 0)
+        if callback is None:
+            if every:
+                raise ValueError(f"every = {every!r} without a callback does nothing; pass "
+                                 "callback=f (called as f(sim)) or leave every out")
             self._advance(steps)
             return
+        if not callable(callback):
+            raise ValueError(f"callback must be callable as callback(sim), got {callback!r}")
+        every = _count(every, "every (the steps between two callback calls)", 1)
         end = self.step_count + steps
         while self.step_count < end:
             # to the next multiple of ``every`` (as one step at a time would call it)

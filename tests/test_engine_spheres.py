@@ -316,6 +316,70 @@ def test_bad_body_arguments():
         sim.add_material("q", density=1.0, restitution=1.5, collision_time=1e-3)
 
 
+C3 = np.array([[0.2, 0.5, 0.5], [0.5, 0.5, 0.5], [0.8, 0.5, 0.5]])
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda s, m: s.add_spheres(C3[:, :2], 0.01, m),
+     r"sphere centers must be rows of 3 coordinates \(shape \(n, 3\)\), got shape \(3, 2\)"),
+    (lambda s, m: s.add_spheres(C3, 0.01, m, velocities=np.zeros((3, 2))),
+     r"sphere velocities must be 3 numbers per body.*\(3, 3\)\), got shape \(3, 2\)"),
+    (lambda s, m: s.add_sphere(C3[0], 0.01, m, angular_velocity=(1, 2, 3, 4)),
+     r"sphere angular_velocities must be 3 numbers per body.*got shape \(1, 4\)"),
+    (lambda s, m: s.add_spheres(C3, np.full((3, 1), 0.01), m),
+     r"sphere radii must be one number for all bodies or one per body \(3\), got shape \(3, 1\)"),
+    (lambda s, m: s.add_box(C3[0], (0.1, 0.1), material=m),
+     r"box half_extents must be 3 numbers per body.*got shape \(1, 2\)"),
+    (lambda s, m: s.add_box(C3[0], 0.1, material=m), r"box half_extents must be 3 numbers"),
+    (lambda s, m: s.add_boxes(C3, (0.1, 0.1, 0.1), m, orientations=[1, 0, 0]),
+     r"box orientations \(quaternions w, x, y, z\) must be 4 numbers per body"),
+    (lambda s, m: s.add_capsules(C3, [0.01, 0.02], 0.05, m),
+     r"capsule radii must be one number for all bodies or one per body \(3\), got shape \(2,\)"),
+    (lambda s, m: s.add_capsules(C3, 0.01, [0.05, 0.05], m), r"capsule lengths must be one"),
+    (lambda s, m: s.add_spheres([[0.5, 0.5, "a"]], 0.01, m), r"sphere centers must be numbers"),
+], ids=["centers", "velocities", "angular_velocity", "radii_column", "half_extents_2",
+        "half_extents_scalar", "orientation_3", "capsule_radii", "capsule_lengths", "text"])
+def test_wrong_array_shapes_name_the_argument(call, match):
+    """Arrays of the wrong shape in the adders: a ValueError naming the argument and the shape
+    expected (they gave numpy's broadcast errors, an IndexError, or blamed the centers)."""
+    sim = parsim.Simulation(dt=1e-4, domain=((0, 0, 0), (1, 1, 1)))
+    m = sim.add_material("m", density=2500.0, restitution=0.5, collision_time=1e-3)
+    with pytest.raises(ValueError, match=match):
+        call(sim, m)
+    assert sim.n_bodies == 0                  # nothing was added
+    sim.add_spheres(C3, [0.01, 0.02, 0.03], m)           # the right shapes are fine
+    sim.add_spheres(C3 + [0, 0.2, 0], 0.01, m, velocities=(1, 0, 0))
+    sim.add_capsules(C3 + [0, -0.2, 0], 0.01, [0.02, 0.03, 0.04], m)
+    sim.add_boxes(np.empty((0, 3)), np.empty((0, 3)), m)
+    assert sim.n_bodies == 9
+
+
+def test_run_refuses_a_callback_without_a_valid_every():
+    """``run(n, callback=f)`` needs every >= 1 (without it the callback was silently never
+    called; a negative every looped forever); every without a callback, fractional steps and
+    a callback that cannot be called are refused too. A valid one is called on the multiples
+    of every."""
+    sim = parsim.Simulation(dt=1e-4)
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    sim.add_sphere((0, 0, 0), 0.1, m)
+    calls = []
+    for kwargs, match in ((dict(callback=calls.append), r"every \(the steps between two "
+                                                          r"callback calls\) must be >= 1, got 0"),
+                          (dict(callback=calls.append, every=-5), r"must be >= 1, got -5"),
+                          (dict(callback=calls.append, every=2.5), r"whole number >= 1, got 2.5"),
+                          (dict(callback=calls.append, every=True), r"whole number"),
+                          (dict(every=5), r"every = 5 without a callback does nothing"),
+                          (dict(callback=3, every=5), r"callback must be callable")):
+        with pytest.raises(ValueError, match=match):
+            sim.run(10, **kwargs)
+    with pytest.raises(ValueError, match=r"steps must be a whole number >= 0, got 1.5"):
+        sim.run(1.5)
+    assert sim.step_count == 0 and calls == []
+    sim.run(10, callback=lambda s: calls.append(s.step_count), every=4)
+    sim.run(10.0)
+    assert calls == [4, 8] and sim.step_count == 20
+
+
 def test_thread_count_does_not_change_the_result_bitwise(monkeypatch):
     import numba
 

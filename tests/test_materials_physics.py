@@ -185,3 +185,39 @@ def test_flat_box_and_lying_capsule_rebound_with_the_pair_restitution(shape, n, 
     assert abs(touching * 1e-6 - 1e-3) <= 1.5e-6
     assert np.abs(w).max() < 1e-9
 
+
+
+def test_set_interaction_keeps_what_it_is_not_given():
+    """``set_interaction`` with only a new restitution keeps the pair's mixed friction, rolling
+    friction and ratios (they were reset to the defaults: mu 0.5, rolling friction off); with
+    only a friction it keeps the mixed normal law. Materials that do not mix need the normal
+    law; an unknown parameter is named."""
+    from parsim.materials import P_GN, P_KN, P_KT_RATIO, P_MU, P_MU_ROLL
+
+    sim = parsim.Simulation(dt=1e-5)
+    ball = sim.add_material("ball", density=2500.0, restitution=0.8, collision_time=1e-3,
+                            friction=0.1, rolling_friction=0.04, tangential_stiffness_ratio=0.5)
+    floor = sim.add_material("floor", density=2500.0, restitution=0.5, collision_time=3e-3,
+                             friction=0.4, rolling_friction=0.01, tangential_stiffness_ratio=0.3)
+    mixed = sim.table[0, 1].copy()
+    assert mixed[P_MU] == pytest.approx(0.2) and mixed[P_MU_ROLL] == pytest.approx(0.02)
+    sim.set_interaction(ball, floor, restitution=0.3, collision_time=1e-3)
+    row = sim.table[0, 1]
+    assert (row[P_MU], row[P_MU_ROLL], row[P_KT_RATIO]) == (mixed[P_MU], mixed[P_MU_ROLL],
+                                                            mixed[P_KT_RATIO])
+    assert row[P_GN] == pytest.approx(-2 * np.log(0.3) / 1e-3)
+    sim.set_interaction("floor", "ball", friction=0.7)
+    row = sim.table[1, 0]
+    assert row[P_MU] == 0.7 and row[P_KN] == mixed[P_KN] and row[P_GN] == mixed[P_GN]
+    assert row[P_MU_ROLL] == mixed[P_MU_ROLL]
+    steel = sim.add_material("steel", density=7800.0, stiffness=1e5, damping=10.0)
+    with pytest.raises(ValueError, match="'ball\\+steel': give stiffness and damping, or "
+                                         "restitution and collision_time"):
+        sim.set_interaction(ball, steel, friction=0.3)
+    sim.set_interaction(ball, steel, stiffness=2e5, damping=5.0)
+    sim.set_interaction(floor, steel, stiffness=2e5, damping=5.0)
+    assert sim.table[0, 2][P_MU] == 0.5            # no mixed value: the default
+    with pytest.raises(ValueError, match="'ball\\+floor': unknown parameter 'frcition'"):
+        sim.set_interaction(ball, floor, frcition=0.3)
+    with pytest.raises(ValueError, match="'glass': unknown parameter 'restitutoin'"):
+        sim.add_material("glass", density=2500.0, restitutoin=0.5, collision_time=1e-3)
