@@ -73,6 +73,13 @@ def _fmt(v) -> str:
     return "(" + ", ".join(f"{float(x):.6g}" for x in v) + ")"
 
 
+def _flag(value, name: str) -> bool:
+    """``value`` as a bool; only True/False (numpy's too) are: "false" would be True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def _count(value, name: str, low: int) -> int:
     """``value`` as an int >= ``low``; a bool, a fraction or a non-number is refused."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -178,14 +185,15 @@ class Simulation:
                  periodic=(False, False, False), skin: float | None = None,
                  outflow: str = "error", allow_large_dt: bool = False, broadphase=None,
                  blocks=None, comm="auto", check_ownership: bool = False):
-        try:
-            self.dt = float(dt)
-        except (TypeError, ValueError):
-            raise ValueError(f"dt must be a positive number, got {dt!r}") from None
-        if not (math.isfinite(self.dt) and self.dt > 0):
-            raise ValueError(f"dt must be a positive finite number, got {dt!r}")
+        self.dt = dt
         self.gravity = _vec3(gravity, "gravity")
-        per = tuple(bool(p) for p in periodic)
+        if isinstance(periodic, (bool, np.bool_)):
+            periodic = (periodic,) * 3            # True: every axis
+        try:
+            per = tuple(_flag(p, "periodic") for p in periodic)
+        except (TypeError, ValueError):
+            raise ValueError(f"periodic must be True, False or 3 of them (one per axis), got "
+                             f"{periodic!r}") from None
         if len(per) != 3:
             raise ValueError(f"periodic must be 3 booleans, got {periodic!r}")
         self.periodic = np.array(per)
@@ -215,7 +223,7 @@ class Simulation:
         if outflow not in ("error", "delete"):
             raise ValueError(f"outflow must be 'error' or 'delete', got {outflow!r}")
         self.outflow = outflow
-        self.allow_large_dt = bool(allow_large_dt)
+        self.allow_large_dt = _flag(allow_large_dt, "allow_large_dt")
         self.net = Net(auto_comm() if isinstance(comm, str) and comm == "auto" else comm)
         if blocks is None:
             if self.net.size > 1 and not np.isfinite(self.hi - self.lo).all():
@@ -277,6 +285,23 @@ class Simulation:
         self._restored_skin = None                   # the skin in use at the checkpoint
 
     # ---- materials ---------------------------------------------------------------------------
+    @property
+    def dt(self) -> float:
+        """The time step [s]. Setting it (collectively) between runs is checked by the
+        stability guard again at the next run."""
+        return self._dt
+
+    @dt.setter
+    def dt(self, value) -> None:
+        try:
+            dt = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"dt must be a positive number, got {value!r}") from None
+        if isinstance(value, (bool, np.bool_)) or not (math.isfinite(dt) and dt > 0):
+            raise ValueError(f"dt must be a positive finite number, got {value!r}")
+        self._dt = dt
+        self._dt_checked = False
+
     def add_material(self, name: str, density: float, **params) -> Material:
         """Add a material: ``density`` plus either ``restitution`` and ``collision_time`` or
         ``stiffness`` and ``damping``; optional ``friction``, ``rolling_friction``,
@@ -299,6 +324,7 @@ class Simulation:
         self._overrides[(min(ma.index, mb.index), max(ma.index, mb.index))] = \
             override_row(ma, mb, params)
         self._table = None
+        self._dt_checked = False
 
     def _material(self, m) -> Material:
         if isinstance(m, Material) and m.index < len(self.materials) and \
@@ -329,6 +355,9 @@ class Simulation:
         """``shared_global``: with ``uids``, bodies larger than the blocks allow are accepted
         (the caller passes them identically on every rank; the file generator does)."""
         if uids is None:
+            if self.net.size > 1:
+                self._same_on_every_rank(shape, params, centers, orientations, velocities,
+                                         angular_velocities, material, fixed)
             return self._add_bodies(shape, params, centers, orientations, velocities,
                                     angular_velocities, material, fixed, None)
         # rank-local: every rank calls, each with its own bodies; errors are agreed on first
@@ -353,10 +382,35 @@ class Simulation:
         self.st.append_owned(values)
         return values["uid"].copy()
 
+    def _same_on_every_rank(self, shape, *args) -> None:
+        """Collective: raise the same ValueError on every rank unless all ranks passed the same
+        arguments to a collective add (different ones, e.g. from unseeded random numbers, lost
+        or duplicated bodies silently). Compares a digest of the arguments."""
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=16)
+        for a in args:
+            if isinstance(a, Material):
+                a = a.name
+            try:
+                arr = np.ascontiguousarray(np.asarray(a, dtype=np.float64))
+                h.update(repr(arr.shape).encode() + arr.tobytes())
+            except (TypeError, ValueError):
+                h.update(repr(a).encode())
+        digests = self.net.allgather(h.hexdigest())
+        odd = [r for r, d in enumerate(digests) if d != digests[0]]
+        if odd:
+            raise ValueError(
+                f"a collective add_{SHAPE_NAMES[shape]}(s) got different arguments on ranks "
+                f"{odd[:8]} than on rank 0: every rank must make the same call with the same "
+                "bodies (seed random numbers alike on every rank, e.g. "
+                "np.random.default_rng(seed)), or pass uids for a rank-local add")
+
     def _add_bodies(self, shape, params, centers, orientations, velocities, angular_velocities,
                     material, fixed, uids, shared_global=False):
         mat = self._material(material)
         name = SHAPE_NAMES[shape]
+        fixed = _flag(fixed, f"{name} fixed")
         centers = _rows(centers, params.shape[0], f"{name} centers")
         n = centers.shape[0]
         if shape != PLANE:
@@ -708,6 +762,7 @@ class Simulation:
                     f"dt = {self.dt:g} s exceeds {DT_FRACTION} x the smallest collision time "
                     f"{tc:.6g} s (materials {where}); use dt <= {DT_FRACTION * tc:.6g} s, stiffer "
                     "-> smaller dt, or pass allow_large_dt=True")
+        self._dt_checked = True
 
     def _setup_lists(self) -> None:
         # a restart continues with the skin of the checkpoint: the default one (0.2 x the
@@ -959,6 +1014,8 @@ class Simulation:
             return
         if not self._ready:
             self._setup()
+        elif not self._dt_checked:      # dt or a pair's contact law changed since the setup
+            self._check_dt()
         st, nl = self.st, self.nl
         tm = self.timers
         walls = self._checked_walls()

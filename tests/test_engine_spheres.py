@@ -441,3 +441,63 @@ def test_hertz_needs_stiffness_form_and_matching_partner():
     sim.add_sphere((1, 0, 0), 0.1, b)
     with pytest.raises(ValueError, match="different contact models"):
         sim.run(1)
+
+
+def test_a_time_step_changed_between_runs_is_checked_again():
+    """Setting ``sim.dt`` (or a stiffer pair) between runs goes through the stability guard at
+    the next run, as at the first (it was skipped: a sphere at rest was launched)."""
+    sim = parsim.Simulation(dt=1e-5, gravity=(0, 0, -9.81))
+    m = sim.add_material("m", density=2500.0, restitution=0.5, collision_time=1e-3)
+    floor = sim.add_material("floor", density=2500.0, restitution=0.5, collision_time=1e-3)
+    sim.add_plane((0, 0, 0), (0, 0, 1), floor)
+    sim.add_sphere((0, 0, 0.01), 0.01, m)
+    sim.run(10)
+    sim.dt = 2e-3
+    with pytest.raises(parsim.SimulationError, match=r"dt = 0.002 s exceeds 0.1 x the smallest"):
+        sim.run(10)
+    assert sim.step_count == 10
+    sim.dt = 1e-5
+    sim.run(10)
+    sim.set_interaction(m, floor, restitution=0.5, collision_time=1e-5)
+    with pytest.raises(parsim.SimulationError, match=r"materials m/floor \(wall\)"):
+        sim.run(10)
+    for bad in (0.0, -1e-5, float("nan"), "1e-5x", True):
+        with pytest.raises(ValueError, match="dt must be a positive"):
+            sim.dt = bad
+    assert sim.dt == 1e-5 and sim.step_count == 20
+
+
+def test_flags_must_be_booleans():
+    """``periodic``, ``fixed`` and ``allow_large_dt`` take True or False only ("false" is a
+    true string: it made a periodic box or a fixed body); ``periodic=True`` means every axis."""
+    for periodic in (("false", "false", "false"), (1, 0, 0), "xyz", 3):
+        with pytest.raises(ValueError, match="periodic must be"):
+            parsim.Simulation(dt=1e-4, domain=((0, 0, 0), (1, 1, 1)), periodic=periodic)
+    sim = parsim.Simulation(dt=1e-4, domain=((0, 0, 0), (1, 1, 1)), periodic=True)
+    assert sim.periodic.tolist() == [True, True, True]
+    with pytest.raises(ValueError, match="allow_large_dt must be True or False, got 'no'"):
+        parsim.Simulation(dt=1e-4, allow_large_dt="no")
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    with pytest.raises(ValueError, match="sphere fixed must be True or False, got 'false'"):
+        sim.add_sphere((0.5, 0.5, 0.5), 0.1, m, fixed="false")
+    sim.add_sphere((0.5, 0.5, 0.5), 0.1, m, fixed=np.bool_(False))
+    assert sim.state()["flags"].tolist() == [0]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_collective_add_with_different_bodies_per_rank_is_refused(comm):
+    """A collective add whose arguments differ between the ranks (unseeded random numbers)
+    lost or duplicated bodies silently; now every rank raises the same error and nothing is
+    added. The same arguments everywhere are fine."""
+    sim = parsim.Simulation(dt=1e-4, domain=((0, 0, 0), (1, 1, 1)), comm=comm)
+    m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
+    rank = comm.Get_rank()
+    centers = np.random.default_rng(rank).uniform(0.1, 0.9, (40, 3))
+    with pytest.raises(ValueError, match=r"collective add_sphere\(s\) got different arguments "
+                                         r"on ranks \[1"):
+        sim.add_spheres(centers, 0.01, m)
+    with pytest.raises(ValueError, match=r"different arguments"):
+        sim.add_sphere((0.5, 0.5, 0.5), 0.01 * (1 + rank), m)
+    assert sim.count_bodies() == 0 and sim.next_uid == 0
+    sim.add_spheres(np.random.default_rng(7).uniform(0.1, 0.9, (40, 3)), 0.01, m)
+    assert sim.count_bodies() == 40
