@@ -252,10 +252,10 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
                 now = time.perf_counter()
                 rate = (s - last_step) / max(now - last_t, 1e-9)
                 eta = (target - s) / rate if rate > 0 else float("inf")
-                n_total = sim.count_bodies()
+                bodies = _bodies(sim)
                 contacts = sim.count_contacts()
                 _say(sim, f"step {s:>9d}/{target}  t = {sim.time:.5g} s  {rate:9.1f} steps/s  "
-                     f"{n_total} bodies  {contacts} contacts  ETA {eta:7.1f} s", stream)
+                     f"{bodies}  {contacts} contacts  ETA {eta:7.1f} s", stream)
                 last_t, last_step = now, s
     except SimulationError as e:      # raised alike on every rank (the checks are collective)
         writer.write(sim, status="failed")
@@ -283,6 +283,19 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
          f"({work / max(wall, 1e-9):.3g} particle-steps/s on {net.size} rank(s)); "
          f"{deleted} bodies deleted by outflow; snapshots in {writer.path}\n{table}", stream)
     return 0
+
+
+def _bodies(sim) -> str:
+    """Collective: "N bodies" or "N bodies + P planes" (planes are bodies of the storage and
+    of the snapshots' n_bodies, but not what a user counts as particles)."""
+    import numpy as np
+
+    from .shapes import PLANE
+
+    st = sim.st
+    planes = int(np.count_nonzero(st.shape[: st.n_owned] == PLANE))   # on every rank
+    n = sim.count_bodies() - planes
+    return f"{n} bodies" + (f" + {planes} plane{'s' if planes > 1 else ''}" if planes else "")
 
 
 #: what a run writes into its directory (``docs/output.md``)
@@ -414,7 +427,7 @@ def _run_config(net, signals, config, output, steps, stream, checkpoint_every, o
     writer = open_writer(out, cfg.text, cfg.path, sim)
     for note in cfg.notes:
         _say(sim, f"parsim run: {note}", stream)
-    _say(sim, f"parsim run {config}: {sim.count_bodies()} bodies, {cfg.steps} steps of "
+    _say(sim, f"parsim run {config}: {_bodies(sim)}, {cfg.steps} steps of "
          f"{sim.dt:g} s, {net.size} rank(s) as blocks {list(sim.dec.dims)}, output {writer.path}",
          stream)
     writer.write(sim)
@@ -523,7 +536,7 @@ def _continue(net, cfg, checkpoint_path, output, steps, stream, checkpoint_every
     for note in cfg.notes:
         _say(sim, f"parsim restart: {note}", stream)
     _say(sim, f"parsim restart {checkpoint_path}: step {sim.step_count} -> {target}, "
-         f"{sim.count_bodies()} bodies, {net.size} rank(s) as blocks {list(sim.dec.dims)}, "
+         f"{_bodies(sim)}, {net.size} rank(s) as blocks {list(sim.dec.dims)}, "
          f"output {writer.path}", stream)
     every = cfg.checkpoint_every if checkpoint_every is None else checkpoint_every
     return _drive(net, cfg, out, target, writer, stream, every, signals)

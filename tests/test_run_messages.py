@@ -90,7 +90,8 @@ def test_the_rate_counts_every_body_once_on_several_ranks(comm):
 
 def test_a_run_whose_bodies_all_left_reports_their_rate(tmp_path):
     """When every body has left by the end, the closing line's rate is still that of the bodies
-    the steps had (it used to multiply by the final count: 0 particle-steps/s)."""
+    the steps had (it used to multiply by the final count: 0 particle-steps/s). Planes are
+    counted apart ("100 bodies + 1 plane"; they were counted as bodies)."""
     cfg = tmp_path / "gone.toml"
     cfg.write_text("""
 [simulation]
@@ -109,6 +110,11 @@ density = 2500.0
 restitution = 0.5
 collision_time = 1e-3
 
+[[walls]]
+point = [0.0, 0.0, 0.0]
+normal = [1.0, 0.0, 0.0]
+material = "g"
+
 [[bodies]]
 kind = "lattice"
 shape = "sphere"
@@ -124,6 +130,8 @@ velocity = [0.0, 0.0, -1.0]
                      text)
     assert done, text
     assert int(done.group(2)) == 100 and float(done.group(1)) > 0.0, text
+    # the header and the progress lines count the plane apart from the bodies
+    assert ": 100 bodies + 1 plane, 300 steps" in text and "  0 bodies + 1 plane  " in text, text
 
 
 def _shot_at_the_floor(with_plane: bool) -> parsim.Simulation:
