@@ -63,6 +63,34 @@ class Run:
     def config(self) -> str:
         return self._f["config"].asstr()[()]
 
+    @property
+    def domain(self):
+        """``(lo, hi, periodic)`` of the simulation (float arrays, -inf / inf on an unbounded
+        axis; bool array), from the file's attributes; None for a file written before they
+        were stored (then only a config text, if any, tells)."""
+        a = self._f.attrs
+        if not all(k in a for k in ("domain_lo", "domain_hi", "periodic")):
+            return None
+        return (np.asarray(a["domain_lo"], dtype=np.float64),
+                np.asarray(a["domain_hi"], dtype=np.float64),
+                np.asarray(a["periodic"]).astype(bool))
+
+    @property
+    def gravity(self):
+        """The simulation's gravity when the file was created (float array), None for a file
+        written before it was stored."""
+        g = self._f.attrs.get("gravity")
+        return None if g is None else np.asarray(g, dtype=np.float64)
+
+    @property
+    def densities(self):
+        """``{material name: density}`` from the file, None for a file written without them
+        (before they were stored, or by a writer given no simulation)."""
+        g = self._f.get("materials")
+        if g is None or "density" not in g.attrs:
+            return None
+        return dict(zip(g["names"].asstr()[()], np.asarray(g.attrs["density"], float).tolist()))
+
     def snapshot(self, step: int = -1) -> dict:
         steps = self.steps
         if not steps:

@@ -3,9 +3,12 @@
 Layout version 2 (``docs/output.md``). ``DIR/snapshots.h5`` is the file readers open::
 
     /                         attrs: format = "parsim-snapshots", format_version = 2,
-                                     parsim_version, created, config_path
+                                     parsim_version, created, config_path,
+                                     domain_lo, domain_hi (float64[3]; -inf / inf: unbounded),
+                                     periodic (uint8[3]), gravity (float64[3])
     /config                   the TOML text of the run's configuration (str dataset)
-    /materials                names (str dataset) and the pair table `/materials/table`
+    /materials                names (str dataset) and the pair table `/materials/table`;
+                              attrs: density (float64[materials])
     /timings/<phase>          (min, mean, max) seconds over the ranks, at the end of a run
     /snapshots/<step:010d>/   attrs: step, time, n_bodies, n_contacts, status ("ok" | "failed"),
                                      ranks, counts (bodies per rank)
@@ -89,6 +92,7 @@ class SnapshotWriter:
             for name in list(snaps.keys()):
                 if int(name) > append_after:
                     del snaps[name]
+            add_sim_attrs(self.file, sim, only_missing=True)
             self.file.flush()
             self._write_xdmf()
             return
@@ -105,6 +109,7 @@ class SnapshotWriter:
             g.create_dataset("names", data=[m.name for m in sim.materials],
                              dtype=h5py.string_dtype())
             g.create_dataset("table", data=sim.table)
+            add_sim_attrs(self.file, sim)
         self.file.create_group("snapshots")
         self.file.flush()
 
@@ -196,6 +201,31 @@ class SnapshotWriter:
             self.part = None
         if self.file:
             self.file.close()
+
+
+def sim_attrs(sim) -> dict:
+    """The simulation's geometry and gravity as attributes of a snapshot file's root: what a
+    reader needs besides the bodies (the box lengths of periodic axes, the cross-section, the
+    up direction) when the run has no config text. An unbounded axis has -inf / inf."""
+    return {"domain_lo": np.asarray(sim.lo, dtype=np.float64),
+            "domain_hi": np.asarray(sim.hi, dtype=np.float64),
+            "periodic": np.asarray(sim.periodic, dtype=np.uint8),
+            "gravity": np.asarray(sim.gravity, dtype=np.float64)}
+
+
+def add_sim_attrs(f, sim, only_missing: bool = False) -> None:
+    """Write :func:`sim_attrs` to the root of ``f`` and the materials' densities to
+    ``/materials`` (``only_missing``: keep the values a file has, add them to an older file)."""
+    if sim is None:
+        return
+    for k, v in sim_attrs(sim).items():
+        if not (only_missing and k in f.attrs):
+            f.attrs[k] = v
+    g = f.get("materials")
+    if g is not None and not (only_missing and "density" in g.attrs):
+        dens = [float(m.density) for m in sim.materials]
+        if len(dens) == len(g["names"]):
+            g.attrs["density"] = np.array(dens, dtype=np.float64)
 
 
 def _fill(dtype):

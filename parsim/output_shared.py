@@ -28,7 +28,7 @@ import h5py
 import numpy as np
 
 from . import __version__
-from .output import FILE_FIELDS, FORMAT, FORMAT_VERSION, XdmfIndex
+from .output import FILE_FIELDS, FORMAT, FORMAT_VERSION, XdmfIndex, add_sim_attrs
 
 LAYOUTS = ("auto", "per-rank", "shared")
 
@@ -93,6 +93,7 @@ class SharedSnapshotWriter:
                     raise ValueError(f"{self.path}: exists but is not a parsim snapshot file; "
                                      "choose another --output directory")
                 f.attrs["layout"] = "shared"
+                add_sim_attrs(f, sim, only_missing=True)
                 snaps = f["snapshots"]
                 for name in list(snaps.keys()):
                     if int(name) > append_after:
@@ -111,6 +112,7 @@ class SharedSnapshotWriter:
             g.create_dataset("names", data=[m.name for m in sim.materials],
                              dtype=h5py.string_dtype())
             g.create_dataset("table", data=sim.table)
+            add_sim_attrs(f, sim)
             f.create_group("snapshots")
 
     def write(self, sim, status: str = "ok") -> None:

@@ -18,9 +18,12 @@ names are read from ``DIR/snapshots.h5`` with h5py (read-only). Writes to ``OUTD
 ``summary.txt``    the text summary (also printed)
 
 Planes (shape 3) are excluded from every body statistic. Masses are density x volume with the
-densities of the config's ``[[materials]]`` tables (``--density NAME=RHO`` adds or overrides one,
-e.g. for a run written by a script without a config). Definitions and approximations:
-``docs/analysis.md``.
+densities the file stores (``/materials`` attribute ``density``) or, in older files, those of the
+config's ``[[materials]]`` tables; ``--density NAME=RHO`` overrides one (NAME must be a material
+of the run). The domain and gravity come from the file's attributes (``domain_lo``,
+``domain_hi``, ``gravity``) or, in older files, from the config; a file with neither (written by
+a script before they were stored) gets no packing analysis and the summary says why.
+Definitions and approximations: ``docs/analysis.md``.
 """
 
 from __future__ import annotations
@@ -247,20 +250,63 @@ def _read_config(run) -> dict:
         raise SystemExit(f"analyze_run: the run's stored config is not valid TOML: {e}") from None
 
 
-def _densities(cfg: dict, names: list[str], extra: dict) -> np.ndarray:
-    table = {m.get("name"): float(m["density"]) for m in cfg.get("materials", [])
-             if "density" in m}
+def _densities(cfg: dict, names: list[str], extra: dict, stored: dict | None) -> np.ndarray:
+    """Density of every material of the run: the file's (``stored``), else the config's;
+    ``extra`` (--density) overrides, and must name materials of the run."""
+    unknown = [n for n in extra if n not in names]
+    if unknown:
+        raise SystemExit(f"analyze_run: --density: unknown material(s) "
+                         f"{', '.join(repr(n) for n in unknown)} (the run's materials: "
+                         f"{', '.join(names) if names else 'none'})")
+    table = dict(stored or {})
+    table.update({m.get("name"): float(m["density"]) for m in cfg.get("materials", [])
+                  if "density" in m})
     table.update(extra)
     missing = [n for n in names if n not in table]
     if missing:
-        raise SystemExit(f"analyze_run: no density for material(s) {missing} (the config has "
-                         f"{sorted(table)}); pass --density NAME=RHO")
+        raise SystemExit(f"analyze_run: no density for material(s) {missing} (neither the file "
+                         f"nor its config gives one: it has {sorted(table)}); pass "
+                         "--density NAME=RHO")
     return np.array([table[n] for n in names], dtype=np.float64)
 
 
-def _gravity_frame(cfg: dict):
-    """(up unit vector, gravity given?, two horizontal unit vectors, axis name)."""
-    g = np.asarray(cfg.get("simulation", {}).get("gravity", [0.0, 0.0, 0.0]), float)
+def _full_config(cfg: dict) -> bool:
+    """Whether the stored config text is a run's config (``parsim run``: it always has a
+    [domain] with lo and hi), whose defaults (no gravity) are the run's."""
+    dom = cfg.get("domain")
+    return isinstance(dom, dict) and "lo" in dom and "hi" in dom
+
+
+def _domain(cfg: dict, stored):
+    """((lo, hi), None) of the run's domain, or (None, why there is none): the file's
+    attributes, else the config's [domain]."""
+    if stored is not None:
+        lo, hi, _ = stored
+        bad = [a for k, a in enumerate("xyz") if not (np.isfinite(lo[k]) and np.isfinite(hi[k]))]
+        if bad:
+            return None, (f"the run's domain is unbounded along {', '.join(bad)}, so there is "
+                          "no cross-section to divide by")
+        return (lo, hi), None
+    if _full_config(cfg):
+        dom = cfg["domain"]
+        return (np.asarray(dom["lo"], float), np.asarray(dom["hi"], float)), None
+    return None, ("the run's domain is unknown: the file has no domain attributes (written "
+                  "before parsim stored them) and no config with a [domain] table")
+
+
+def _gravity(cfg: dict, stored):
+    """The run's gravity vector (the file's attribute, else a run config's), None if unknown."""
+    if stored is not None:
+        return stored
+    if _full_config(cfg):
+        return np.asarray(cfg.get("simulation", {}).get("gravity", [0.0, 0.0, 0.0]), float)
+    return None
+
+
+def _gravity_frame(g):
+    """(up unit vector, note on the axis ('' when gravity gives it), two horizontal unit
+    vectors, axis name, along an axis?) for the gravity vector g (None: unknown)."""
+    g = np.zeros(3) if g is None else np.asarray(g, float)
     norm = float(np.linalg.norm(g))
     up = -g / norm if norm > 0 else np.array([0.0, 0.0, 1.0])
     a = int(np.argmax(np.abs(up)))
@@ -271,7 +317,7 @@ def _gravity_frame(cfg: dict):
     e1 = np.cross(up, helper)
     e1 /= np.linalg.norm(e1)
     e2 = np.cross(up, e1)
-    return up, norm > 0, e1, e2, name, axis_aligned
+    return up, e1, e2, name, axis_aligned
 
 
 def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = None,
@@ -292,11 +338,12 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
             raise SystemExit(f"analyze_run: {run.path} holds no snapshot")
         cfg = _read_config(run)
         timings = run.timings
+        stored_domain, stored_gravity, stored_density = run.domain, run.gravity, run.densities
         with h5py.File(run.path, "r") as f:
             names = (list(f["materials"]["names"].asstr()[()]) if "materials" in f
                      else [m["name"] for m in cfg.get("materials", [])])
             attrs = [dict(f["snapshots"][f"{s:010d}"].attrs) for s in steps]
-        rho = _densities(cfg, names, extra_density or {})
+        rho = _densities(cfg, names, extra_density or {}, stored_density)
         n_ranks = max(int(a.get("ranks", 1)) for a in attrs)
 
         # --- time series
@@ -321,30 +368,42 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
         run.close()
 
     # --- packing at the last (or the chosen) snapshot
-    up, has_gravity, e1, e2, axis_name, axis_aligned = _gravity_frame(cfg)
-    dom = cfg.get("domain", {})
-    lo = np.asarray(dom.get("lo", [0.0, 0.0, 0.0]), float)
-    hi = np.asarray(dom.get("hi", [1.0, 1.0, 1.0]), float)
-    corners = np.array([[(lo, hi)[(i >> k) & 1][k] for k in range(3)] for i in range(8)])
-    ch = corners @ up
-    origin, height_range = float(ch.min()), float(ch.max() - ch.min())
-    # cross-section perpendicular to up: exact for an axis-aligned gravity
-    area = float(np.prod(hi - lo)) / height_range
+    g = _gravity(cfg, stored_gravity)
+    up, e1, e2, axis_name, axis_aligned = _gravity_frame(g)
+    gravity_note = ("" if g is not None and np.any(g != 0) else
+                    " (no gravity in the run: z axis used)" if g is not None else
+                    " (gravity unknown: the file has no gravity attribute (written before "
+                    "parsim stored it) and no run config; z axis used)")
+    box, no_packing = _domain(cfg, stored_domain)
+    if box is not None:
+        lo, hi = box
+        corners = np.array([[(lo, hi)[(i >> k) & 1][k] for k in range(3)] for i in range(8)])
+        ch = corners @ up
+        origin, height_range = float(ch.min()), float(ch.max() - ch.min())
+        # cross-section perpendicular to up: exact for an axis-aligned gravity
+        area = float(np.prod(hi - lo)) / height_range
+    else:
+        origin, height_range, area = 0.0, math.nan, math.nan
     bodies = Bodies(last, up, origin)
-    if nbins is None:
-        width0 = bodies.mean_diameter / 4.0 if bodies.mean_diameter > 0 else height_range / 200
-        nbins = int(np.clip(round(height_range / width0), 20, 5000))
-    width = height_range / nbins
-    solid = bodies.profile(0.0, width, nbins)
-    phi = solid / (area * width)
-    centres = (np.arange(nbins) + 0.5) * width
-    bottom, top = bodies.surface(e1, e2)
     total_solid = float(bodies.volume.sum())
-    phi_bed = bodies.solid_between(bottom, top) / (area * (top - bottom)) \
-        if top > bottom else math.nan
     d = bodies.mean_diameter
-    phi_bulk = (bodies.solid_between(bottom + d, top - d) / (area * (top - bottom - 2 * d))
-                if top - bottom > 3 * d else math.nan)
+    if box is not None:
+        if nbins is None:
+            width0 = d / 4.0 if d > 0 else height_range / 200
+            nbins = int(np.clip(round(height_range / width0), 20, 5000))
+        width = height_range / nbins
+        solid = bodies.profile(0.0, width, nbins)
+        phi = solid / (area * width)
+        centres = (np.arange(nbins) + 0.5) * width
+        bottom, top = bodies.surface(e1, e2)
+        phi_bed = bodies.solid_between(bottom, top) / (area * (top - bottom)) \
+            if top > bottom else math.nan
+        phi_bulk = (bodies.solid_between(bottom + d, top - d) / (area * (top - bottom - 2 * d))
+                    if top - bottom > 3 * d else math.nan)
+    else:                     # no packing analysis: the summary says why
+        nbins, width, bottom, top, phi_bed, phi_bulk = 0, math.nan, math.nan, math.nan, \
+            math.nan, math.nan
+        solid, phi, centres = np.zeros(0), np.zeros(0), np.zeros(0)
 
     # --- arrays
     step_arr = np.array([r["step"] for r in rows])
@@ -366,7 +425,7 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
                   bin_width=width, area=area, up=up, bed_bottom=bottom, bed_top=top,
                   phi_bed=phi_bed, phi_bulk=phi_bulk, mean_diameter=d,
                   solid_in_bins=float(solid.sum()), solid_total=total_solid,
-                  timings=timings, out=out)
+                  gravity=g, no_packing=no_packing, timings=timings, out=out)
 
     # --- files
     with open(out / "timeseries.csv", "w", newline="") as fh:
@@ -382,10 +441,10 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
         w.writerow(["height_lo", "height_hi", "solid_volume", "phi"])
         for i in range(nbins):
             w.writerow([repr(i * width), repr((i + 1) * width), repr(solid[i]), repr(phi[i])])
-    result["files"] = _plots(result, rows, axis_name, has_gravity, out)
+    result["files"] = _plots(result, rows, axis_name, gravity_note, out)
 
     # --- summary
-    text = _summary(run_dir, result, rows, axis_name, has_gravity, axis_aligned, nbins)
+    text = _summary(run_dir, result, rows, axis_name, gravity_note, axis_aligned, nbins)
     (out / "summary.txt").write_text(text)
     result["summary"] = text
     if not quiet:
@@ -393,7 +452,7 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
     return result
 
 
-def _plots(res, rows, axis_name, has_gravity, out) -> list[Path]:
+def _plots(res, rows, axis_name, gravity_note, out) -> list[Path]:
     try:
         import matplotlib
     except ImportError:
@@ -425,28 +484,32 @@ def _plots(res, rows, axis_name, has_gravity, out) -> list[Path]:
     fig.savefig(files[-1], dpi=110)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(5, 7))
     h, phi = res["profile_centres"], res["profile_phi"]
-    ax.plot(phi, h, color="C0", lw=1)
-    if np.isfinite(res["bed_top"]):
-        ax.axhline(res["bed_bottom"], color="0.5", ls=":", label="bed bottom")
-        ax.axhline(res["bed_top"], color="0.3", ls="--", label="bed surface")
-        ax.axvline(res["phi_bed"], color="C1", ls="--", label=f"bed {res['phi_bed']:.3f}")
-        if np.isfinite(res["phi_bulk"]):
-            ax.axvline(res["phi_bulk"], color="C2", ls=":", label=f"bulk {res['phi_bulk']:.3f}")
-        nz = np.nonzero(phi > 0)[0]
-        if nz.size:
-            top = min(h[-1] + res["bin_width"] / 2, h[nz[-1]] + 3 * res["mean_diameter"])
-            ax.set_ylim(0, max(top, res["bed_top"] * 1.05))
-    ax.set_xlim(0, max(0.75, float(phi.max()) * 1.05))
-    ax.set_xlabel("solid volume fraction")
-    ax.set_ylabel(f"height along {axis_name} [m]" + ("" if has_gravity else " (no gravity)"))
-    ax.set_title(f"step {res['profile_step']}, bins {res['bin_width']:.3g} m")
-    ax.legend(loc="best", fontsize=8)
-    fig.tight_layout()
-    files.append(out / "packing.png")
-    fig.savefig(files[-1], dpi=110)
-    plt.close(fig)
+    if phi.size:                          # else no packing analysis (the summary says why)
+        fig, ax = plt.subplots(figsize=(5, 7))
+        ax.plot(phi, h, color="C0", lw=1)
+        if np.isfinite(res["bed_top"]):
+            ax.axhline(res["bed_bottom"], color="0.5", ls=":", label="bed bottom")
+            ax.axhline(res["bed_top"], color="0.3", ls="--", label="bed surface")
+            ax.axvline(res["phi_bed"], color="C1", ls="--", label=f"bed {res['phi_bed']:.3f}")
+            if np.isfinite(res["phi_bulk"]):
+                ax.axvline(res["phi_bulk"], color="C2", ls=":",
+                           label=f"bulk {res['phi_bulk']:.3f}")
+            nz = np.nonzero(phi > 0)[0]
+            if nz.size:
+                top = min(h[-1] + res["bin_width"] / 2, h[nz[-1]] + 3 * res["mean_diameter"])
+                ax.set_ylim(0, max(top, res["bed_top"] * 1.05))
+        ax.set_xlim(0, max(0.75, float(phi.max()) * 1.05))
+        ax.set_xlabel("solid volume fraction")
+        ax.set_ylabel(f"height along {axis_name} [m]" + (
+            "" if not gravity_note else " (gravity unknown)" if "unknown" in gravity_note
+            else " (no gravity)"))
+        ax.set_title(f"step {res['profile_step']}, bins {res['bin_width']:.3g} m")
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        files.append(out / "packing.png")
+        fig.savefig(files[-1], dpi=110)
+        plt.close(fig)
 
     fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(7, 6))
     pr = res["per_rank"]
@@ -489,7 +552,7 @@ def _ranks_text(snap_ranks) -> str:
     return " -> ".join(map(str, seq)) + " rank(s)"
 
 
-def _summary(run_dir, res, rows, axis_name, has_gravity, axis_aligned, nbins) -> str:
+def _summary(run_dir, res, rows, axis_name, gravity_note, axis_aligned, nbins) -> str:
     L = []
     first, last = rows[0], rows[-1]
     shp = last["shapes"]
@@ -506,17 +569,20 @@ def _summary(run_dir, res, rows, axis_name, has_gravity, axis_aligned, nbins) ->
                  res["ke_rot"][-1]))
     nc = res["n_contacts"]
     L.append(f"contacts: first {nc[0]}, max {nc.max()}, last {nc[-1]}")
-    L.append(f"packing at step {res['profile_step']} along {axis_name}"
-             + ("" if has_gravity else " (no gravity in the config: z axis used)")
-             + ("" if axis_aligned else " (gravity not along an axis: cross-section approximate)")
-             + f": {nbins} bins of {res['bin_width']:.4g} m")
-    L.append(f"  bed bottom {res['bed_bottom']:.5g} m, bed surface {res['bed_top']:.5g} m, "
-             f"mean bounding diameter {res['mean_diameter']:.4g} m")
-    L.append(f"  packing fraction: bed {res['phi_bed']:.4f}, bulk (one mean diameter in from "
-             f"bottom and surface) {res['phi_bulk']:.4f}, max of profile "
-             f"{res['profile_phi'].max():.4f}")
-    L.append(f"  solid volume in the bins {res['solid_in_bins']:.6g} m^3 of "
-             f"{res['solid_total']:.6g} m^3")
+    if res["no_packing"]:
+        L.append(f"packing: not computed: {res['no_packing']}")
+    else:
+        L.append(f"packing at step {res['profile_step']} along {axis_name}" + gravity_note
+                 + ("" if axis_aligned else
+                    " (gravity not along an axis: cross-section approximate)")
+                 + f": {nbins} bins of {res['bin_width']:.4g} m")
+        L.append(f"  bed bottom {res['bed_bottom']:.5g} m, bed surface {res['bed_top']:.5g} m, "
+                 f"mean bounding diameter {res['mean_diameter']:.4g} m")
+        L.append(f"  packing fraction: bed {res['phi_bed']:.4f}, bulk (one mean diameter in "
+                 f"from bottom and surface) {res['phi_bulk']:.4f}, max of profile "
+                 f"{res['profile_phi'].max():.4f}")
+        L.append(f"  solid volume in the bins {res['solid_in_bins']:.6g} m^3 of "
+                 f"{res['solid_total']:.6g} m^3")
     pr = res["per_rank"]
     mean = pr.sum(axis=1) / res["snap_ranks"]
     imb = np.divide(pr.max(axis=1), mean, out=np.full(mean.shape, np.nan), where=mean > 0)
@@ -547,7 +613,8 @@ def main(argv=None) -> dict:
     p.add_argument("--step", type=int, default=None,
                    help="snapshot of the packing profile (default: the last)")
     p.add_argument("--density", action="append", default=[], metavar="NAME=RHO",
-                   help="density of a material (adds to / overrides the config's)")
+                   help="density of a material of the run (overrides the file's / the "
+                        "config's)")
     p.add_argument("--quiet", action="store_true", help="do not print the summary")
     a = p.parse_args(argv)
     extra = {}

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import parsim
+import parsim.io
 from parsim.output_shared import open_writer
 from parsim.runner import run_config
 
@@ -160,6 +161,11 @@ def test_bad_input_names_the_file_and_the_fix(tmp_path):
     writer = open_writer(tmp_path / "run", "[simulation]\ndt = 1e-4\n", "", sim)
     writer.write(sim)
     writer.close()
+    # the file stores the densities; one written before they were (without the attribute)
+    # and without them in its config must be given them
+    assert analyze_run.main([str(tmp_path / "run"), "--quiet"])["ke"][0] > 0
+    with h5py.File(tmp_path / "run" / "snapshots.h5", "a") as f:
+        del f["materials"].attrs["density"]
     with pytest.raises(SystemExit, match=r"glass.*--density NAME=RHO"):
         analyze_run.main([str(tmp_path / "run"), "--quiet"])
     res = analyze_run.main([str(tmp_path / "run"), "--quiet", "--density", "glass=2500"])
@@ -168,6 +174,87 @@ def test_bad_input_names_the_file_and_the_fix(tmp_path):
     with pytest.raises(SystemExit, match="no snapshot at step 5"):
         analyze_run.main([str(tmp_path / "run"), "--quiet", "--density", "glass=2500",
                           "--step", "5"])
+
+
+def test_density_of_a_material_the_run_does_not_have_is_an_error(tmp_path):
+    """--density NAME=RHO with a NAME that is no material of the run (a typo) stops with the
+    run's materials; it was silently ignored."""
+    sim = parsim.Simulation(dt=1e-4, domain=([0, 0, 0], [1, 1, 1]), comm=None)
+    steel = sim.add_material("steel", 7800.0, restitution=0.6, collision_time=2e-3)
+    sim.add_material("wood", 700.0, restitution=0.5, collision_time=2e-3)
+    sim.add_sphere([0.5, 0.5, 0.5], 0.1, steel, velocity=(1.0, 0.0, 0.0))
+    writer = open_writer(tmp_path / "run", "[simulation]\ndt = 1e-4\n" + MATERIALS, "", sim)
+    writer.write(sim)
+    writer.close()
+    with pytest.raises(SystemExit, match=r"unknown material\(s\) 'stel' \(the run's materials: "
+                                         r"steel, wood\)"):
+        analyze_run.main([str(tmp_path / "run"), "--quiet", "--density", "stel=7800"])
+    assert not (tmp_path / "run" / "analysis" / "summary.txt").exists()
+    res = analyze_run.main([str(tmp_path / "run"), "--quiet", "--density", "steel=7000"])
+    assert res["ke"][0] == pytest.approx(0.5 * 7000.0 * 4.0 / 3.0 * math.pi * 0.1 ** 3,
+                                         rel=1e-12)
+
+
+def _scripted_lattice(out):
+    """A simple cubic lattice of touching spheres (r = 0.5 cm, spacing 1 cm) filling
+    y in [2, 10) cm of a 8 x 20 x 6 cm domain, periodic in x and z, gravity along -y, written by
+    a script with no config text (as in the walkthrough that found the file lacked its domain).
+    Returns the simulation."""
+    sim = parsim.Simulation(dt=1e-4, gravity=(0.0, -9.81, 0.0),
+                            domain=([0.0, 0.0, 0.0], [0.08, 0.2, 0.06]),
+                            periodic=(True, False, True), comm=None)
+    glass = sim.add_material("glass", 2500.0, restitution=0.5, collision_time=1e-3)
+    g = np.stack(np.meshgrid(np.arange(8), np.arange(8), np.arange(6), indexing="ij"),
+                 -1).reshape(-1, 3)
+    sim.add_spheres(0.005 + 0.01 * g + np.array([0.0, 0.02, 0.0]), 0.005, glass)
+    writer = open_writer(out, sim=sim)
+    writer.write(sim)
+    writer.close()
+    return sim
+
+
+def test_scripted_run_without_config_uses_the_files_domain_and_gravity(tmp_path):
+    """A run written by a script without a config text: the file stores the domain, the
+    periodic flags, gravity and the densities, and the analysis uses them (it assumed the domain
+    [0, 1]^3 and no gravity: packing fractions 1/0.0048 too low, along z)."""
+    out = tmp_path / "run"
+    sim = _scripted_lattice(out)
+    with parsim.io.open_run(out) as run:
+        assert run.config == ""
+        lo, hi, periodic = run.domain
+        np.testing.assert_array_equal(lo, sim.lo)
+        np.testing.assert_array_equal(hi, sim.hi)
+        assert periodic.tolist() == [True, False, True]
+        np.testing.assert_array_equal(run.gravity, [0.0, -9.81, 0.0])
+        assert run.densities == {"glass": 2500.0}
+    res = analyze_run.analyze(out, nbins=20, quiet=True)       # no --density needed
+    np.testing.assert_array_equal(res["up"], [0.0, 1.0, 0.0])
+    assert res["area"] == pytest.approx(0.08 * 0.06, rel=1e-12)
+    assert res["bed_bottom"] == pytest.approx(0.02, abs=1e-12)
+    assert res["bed_top"] == pytest.approx(0.1, abs=1e-12)
+    filled = (res["profile_centres"] > 0.02) & (res["profile_centres"] < 0.1)
+    np.testing.assert_allclose(res["profile_phi"][filled], math.pi / 6, rtol=1e-9)
+    assert res["phi_bulk"] == pytest.approx(math.pi / 6, rel=1e-9)
+    assert "packing at step 0 along +y: 20 bins" in res["summary"]
+
+
+def test_old_scripted_file_without_domain_gets_no_packing_and_says_why(tmp_path):
+    """The same file without the attributes (as written before they were stored): the script
+    does not assume a domain or gravity; the energies are still computed."""
+    out = tmp_path / "run"
+    _scripted_lattice(out)
+    with h5py.File(out / "snapshots.h5", "a") as f:
+        for k in ("domain_lo", "domain_hi", "periodic", "gravity"):
+            del f.attrs[k]
+    with parsim.io.open_run(out) as run:
+        assert run.domain is None and run.gravity is None
+    res = analyze_run.analyze(out, out_dir=tmp_path / "ana", quiet=True)
+    assert "domain is unknown" in res["no_packing"]
+    assert "packing: not computed: the run's domain is unknown" in res["summary"]
+    assert math.isnan(res["phi_bed"]) and math.isnan(res["phi_bulk"])
+    assert res["profile_phi"].size == 0
+    assert not (tmp_path / "ana" / "packing.png").exists()
+    assert res["n_bodies"].tolist() == [8 * 8 * 6] and res["ke"].tolist() == [0.0]
 
 
 GAS = """
