@@ -165,6 +165,65 @@ def test_production_script_with_stand_in_launcher(reference, tmp_path):
     assert record.read_text() == sub         # no second resubmission
 
 
+def _interrupted_job(tmp_path, submit_body: str, **slurm):
+    """production.sbatch in a stand-in job whose run ends "interrupted" at once (a stand-in
+    launcher writes the status file; no simulation runs), with a stand-in squeue that reports
+    a time limit and a stand-in sbatch (``submit_body``; its arguments are in ``args.txt``, one
+    a line). Returns (the script's completed process, the arguments of the follow-up sbatch)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    record = tmp_path / "args.txt"
+    for name, body in (("launch", f'echo "interrupted 100" > "{out}/status"'),
+                       ("squeue", 'echo "  1-00:00:00"'),
+                       ("sbatch", f'printf "%s\\n" "$@" > "{record}"\n{submit_body}')):
+        (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bindir / name).chmod(0o755)
+    env = env_for(tmp_path, PARSIM_LAUNCH=str(bindir / "launch"),
+                  PARSIM_SUBMIT=str(bindir / "sbatch"), CONFIG=str(tmp_path / "job.toml"),
+                  OUTDIR=str(out), SLURM_SUBMIT_DIR=str(tmp_path), **slurm)
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    r = subprocess.run(["bash", str(REPO / "jobs" / "production.sbatch")], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    return r, (record.read_text().splitlines() if record.exists() else None)
+
+
+def test_resubmission_keeps_the_jobs_options(tmp_path):
+    """The follow-up job asks for the account, partition, QOS, nodes, tasks, memory, name and
+    time limit of the job (only --ntasks was passed on: a cluster requiring --account rejected
+    the follow-up), then PARSIM_SBATCH_ARGS."""
+    r, args = _interrupted_job(
+        tmp_path, "echo 'Submitted batch job 4243'", SLURM_JOB_ID="4242",
+        SLURM_JOB_ACCOUNT="proj42", SLURM_JOB_PARTITION="long", SLURM_JOB_QOS="high",
+        SLURM_JOB_NUM_NODES="2", SLURM_NTASKS="8", SLURM_NTASKS_PER_NODE="4",
+        SLURM_MEM_PER_NODE="4000", SLURM_MEM_PER_CPU="500", SLURM_JOB_NAME="bed",
+        PARSIM_SBATCH_ARGS="--output=bed-%j.out --constraint=skylake")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "status interrupted" in r.stdout and "Submitted batch job 4243" in r.stdout
+    out = tmp_path / "out"
+    assert args == [
+        "--dependency=afterany:4242", "--account=proj42", "--partition=long", "--qos=high",
+        "--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--mem=4000", "--job-name=bed",
+        "--time=1-00:00:00",
+        f"--export=ALL,PARSIM_RESUBMIT_COUNT=1,CONFIG={tmp_path / 'job.toml'},OUTDIR={out}",
+        "--output=bed-%j.out", "--constraint=skylake",
+        str(REPO / "jobs" / "production.sbatch")]
+
+
+def test_failed_resubmission_fails_the_job(tmp_path):
+    """A follow-up sbatch that fails: its error is in the log and the job exits 1 (it exited
+    0, so the chain ended silently with the job COMPLETED)."""
+    r, args = _interrupted_job(
+        tmp_path, "echo 'sbatch: error: Batch job submission failed: Invalid account or "
+        "account/partition combination specified' >&2\nexit 1", SLURM_JOB_ID="4242",
+        SLURM_NTASKS="2")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Invalid account or account/partition combination" in r.stdout
+    assert "the resubmission failed (exit status 1" in r.stdout
+    assert args[:3] == ["--dependency=afterany:4242", "--ntasks=2", "--time=1-00:00:00"]
+
+
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
 def test_sweep_script_task(tmp_path):
     env = env_for(tmp_path, PARSIM_LAUNCH=f"{MPIEXEC} -n 2", SLURM_ARRAY_TASK_ID="1",
@@ -285,6 +344,8 @@ def test_production_script_under_real_slurm(reference, tmp_path, slurm):
     assert len(logs) == 2, [p.name for p in logs]          # the job and its resubmission
     text = "".join(p.read_text() for p in logs)
     assert "status interrupted" in text and "restarting from" in text and "status done" in text
+    # the follow-up asked for the job's partition, node count and time limit (squeue's)
+    assert "--partition=debug --nodes=1 --ntasks=2" in text and "--time=1-00:00:00" in text
     a, b = open_run(reference).snapshot(-1), open_run(out).snapshot(-1)
     assert [k for k in STATE if not np.array_equal(a[k], b[k])] == []
 
