@@ -452,13 +452,16 @@ EXAMPLES = {
         "sh", "production.sbatch", skip="submits to SLURM for 24 h; tests/test_jobs.py runs "
         "production.sbatch with a stand-in launcher and sbatch, and under a real SLURM"),
     ("jobs/README.md", 1): Example(
+        "sh", "PARSIM_SBATCH_ARGS", skip="submits to SLURM; tests/test_jobs.py checks the "
+        "options passed on to the follow-up job with a stand-in sbatch"),
+    ("jobs/README.md", 2): Example(
         "sh", "sweep.sbatch", skip="SLURM job arrays; tests/test_jobs.py runs one sweep.sbatch "
         "task with the stand-in launcher"),
-    ("jobs/README.md", 2): Example("sh", "jobs/workstation.sh", workstation),
-    ("jobs/README.md", 3): Example(
+    ("jobs/README.md", 3): Example("sh", "jobs/workstation.sh", workstation),
+    ("jobs/README.md", 4): Example(
         "sh", "--no-binary mpi4py", skip="installs packages and rebuilds mpi4py against a "
         "cluster's MPI"),
-    ("jobs/README.md", 4): Example(
+    ("jobs/README.md", 5): Example(
         "sh", "weak_scaling.sbatch", skip="the weak-scaling benchmark on a SLURM cluster"),
 }
 
