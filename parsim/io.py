@@ -208,6 +208,14 @@ def describe(path) -> str:
                 how = ("one shared file (collective writes)" if not g["uid"].is_virtual else
                        "one file per rank joined by virtual datasets")
                 lines.append(f"written by {ranks} ranks: {how}")
+        dom, grav, dens = run.domain, run.gravity, run.densities
+        if dom is not None:
+            lo, hi, per = dom
+            lines.append(f"domain: {_vec(lo)} to {_vec(hi)}, periodic "
+                         f"{[bool(x) for x in per]}; gravity {_vec(grav)}")
+        if dens is not None:
+            lines.append("materials (density): " + ", ".join(f"{k} {v:g}"
+                                                              for k, v in dens.items()))
         t = run.timings
         if t:
             lines.append("timings [s] (min / mean / max over ranks): " + "; ".join(
@@ -226,6 +234,10 @@ def _damage(path) -> str:
     except ValueError as e:
         return f"  (UNUSABLE: {e})"
     return ""
+
+
+def _vec(v) -> str:
+    return "unknown" if v is None else "(" + ", ".join(f"{float(x):g}" for x in v) + ")"
 
 
 def _steps_text(steps) -> str:

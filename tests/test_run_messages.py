@@ -173,3 +173,40 @@ def test_a_long_compile_is_announced(monkeypatch, capsys):
     monkeypatch.setattr(runner, "COMPILE_NOTE_AFTER", 5.0)
     runner._prepare_ranks(Net(None))
     assert capsys.readouterr().out == ""
+
+
+def test_info_shows_the_domain_gravity_and_densities(tmp_path):
+    """``parsim info`` of a run lists the domain, periodic axes, gravity and densities the
+    snapshot file stores (a scripted run has no config text to show them)."""
+    from parsim.io import describe
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("""
+[simulation]
+dt = 1e-4
+steps = 2
+gravity = [0.0, -9.81, 0.0]
+
+[domain]
+lo = [0.0, -1.0, 0.0]
+hi = [0.1, 0.5, 0.2]
+periodic = [true, false, false]
+
+[[materials]]
+name = "g"
+density = 2500.0
+restitution = 0.5
+collision_time = 1e-3
+
+[[bodies]]
+kind = "lattice"
+shape = "sphere"
+radius = 0.003
+spacing = 0.02
+region = [[0.0, 0.0, 0.0], [0.1, 0.1, 0.1]]
+""")
+    assert run_config(str(cfg), str(tmp_path / "run"), stream=io.StringIO()) == 0
+    text = describe(tmp_path / "run")
+    assert ("domain: (0, -1, 0) to (0.1, 0.5, 0.2), periodic [True, False, False]; gravity "
+            "(0, -9.81, 0)") in text, text
+    assert "materials (density): g 2500" in text, text
