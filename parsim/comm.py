@@ -4,7 +4,7 @@
 initialised and every call is local). Messages between neighbours are whole numpy arrays sent as
 bytes (no pickling on the hot path); only the small object collectives (:meth:`Net.gather`,
 :meth:`Net.allgather`, :meth:`Net.bcast`, the error messages of :meth:`Net.first_error` and the
-rank values of :meth:`Net.fsum_ranks`) pickle.
+partial sums of :meth:`Net.exact_sum`) pickle.
 
 An exchange along one axis sends one buffer down and one up and receives what the neighbours sent
 the other way. A rank that is its own neighbour (one block along a periodic axis) copies locally.
@@ -94,11 +94,20 @@ class Net:
             return int(x)
         return int(self._scalar(int(x), np.int64, self.MPI.SUM))
 
-    def fsum_ranks(self, x: float) -> float:
-        """Sum over ranks, added in rank order (deterministic for a given rank count)."""
-        if self.size == 1:
-            return float(x)
-        return float(sum(self.comm.allgather(float(x))))
+    def exact_sum(self, values: np.ndarray) -> float:
+        """Collective: the sum of every rank's finite ``values``, exact and rounded once
+        (correctly), so it depends neither on how the values are spread over the ranks nor on
+        their order. Each value is an integer times a power of two; per exponent the integers
+        are added exactly (split in 26-bit halves, int64), and the few partial sums per rank
+        are added as Python integers."""
+        parts = exact_partial_sums(values)
+        if self.size > 1:
+            parts = [p for rank in self.comm.allgather(parts) for p in rank]
+        if not parts:
+            return 0.0
+        low = min(e for e, _ in parts)
+        total = sum(m << (e - low) for e, m in parts)
+        return float(total << low) if low >= 0 else total / (1 << -low)
 
     def allreduce_array(self, a: np.ndarray, op: str) -> np.ndarray:
         if self.size == 1:
@@ -264,3 +273,23 @@ class Net:
                 self.bytes_sent += arr.nbytes
                 self.messages_sent += 1
         MPI.Request.Waitall(reqs)
+
+
+def exact_partial_sums(values: np.ndarray) -> list:
+    """[(exponent, integer)] whose sum of integer * 2**exponent is exactly the sum of the
+    finite float64 ``values`` (one pair per distinct exponent)."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not np.isfinite(x).all():
+        raise ValueError("exact_sum: values must be finite")
+    x = x[x != 0.0]
+    if x.size == 0:
+        return []
+    m, e = np.frexp(x)                           # x = m 2^e, 0.5 <= |m| < 1
+    mant = (m * 9007199254740992.0).astype(np.int64)    # x = mant 2^(e - 53), exactly
+    order = np.argsort(e, kind="stable")
+    e, mant = e[order], mant[order]
+    starts = np.flatnonzero(np.r_[True, e[1:] != e[:-1]])
+    hi = np.add.reduceat(mant >> 26, starts)     # |mant >> 26| < 2^27: no overflow below
+    lo = np.add.reduceat(mant & 0x3FFFFFF, starts)      # 2^36 values per exponent
+    return [(int(ex) - 53, (int(h) << 26) + int(lw))
+            for ex, h, lw in zip(e[starts], hi, lo)]

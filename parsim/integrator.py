@@ -555,21 +555,21 @@ def outside(n, flags, position, lo, hi, walled, out):
 
 
 @njit(cache=True)
-def kinetic_energy(n, flags, mass, inertia, orientation, velocity, angular_velocity):
-    """Translational and rotational kinetic energy of bodies 0..n-1 (fixed bodies excluded),
-    summed in slot order."""
-    et = 0.0
-    er = 0.0
+def kinetic_energies(n, flags, mass, inertia, orientation, velocity, angular_velocity):
+    """Translational + rotational kinetic energy of each of bodies 0..n-1 (0 for fixed
+    bodies): float64[n], each computed from the body's own state alone (so a body has the same
+    value on any rank)."""
+    out = np.zeros(n)
     for i in range(n):
         if flags[i] & FIXED:
             continue
         v = velocity[i]
-        et += 0.5 * mass[i] * (v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
+        et = 0.5 * mass[i] * (v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
         q = orientation[i]
         L = _angular_momentum((q[0], q[1], q[2], q[3]), inertia[i], angular_velocity[i])
         w = angular_velocity[i]
-        er += 0.5 * (L[0] * w[0] + L[1] * w[1] + L[2] * w[2])
-    return et, er
+        out[i] = et + 0.5 * (L[0] * w[0] + L[1] * w[1] + L[2] * w[2])
+    return out
 
 
 first_half = dual(_first_half, error_model="numpy")

@@ -619,16 +619,17 @@ class Simulation:
         return {k: v[order] for k, v in out.items()}
 
     def kinetic_energy(self) -> float:
-        """Translational + rotational kinetic energy of the movable bodies (collective: the
-        per-rank sums added in rank order)."""
+        """Translational + rotational kinetic energy of the movable bodies (collective). The
+        bodies' energies are summed exactly and rounded once (:meth:`Net.exact_sum`), so the
+        value does not depend on the number of ranks or the order of the bodies."""
         st = self.st
         flags = st.flags
         if self.net.rank != 0:            # replicated bodies count on rank 0 only
             flags = flags.copy()
             flags[(flags & REPLICATED) != 0] |= FIXED
-        et, er = I.kinetic_energy(st.n_owned, flags, st.mass, st.inertia, st.orientation,
-                                  st.velocity, st.angular_velocity)
-        return self.net.fsum_ranks(et + er)
+        return self.net.exact_sum(I.kinetic_energies(
+            st.n_owned, flags, st.mass, st.inertia, st.orientation, st.velocity,
+            st.angular_velocity))
 
     def memory_bytes(self) -> int:
         return self.st.nbytes + (self.nl.nbytes if self.nl is not None else 0)

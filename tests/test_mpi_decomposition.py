@@ -100,6 +100,7 @@ def serial_reference(comm, steps, **kw):
     sim.run(steps)
     out = sim.state()
     out["contacts"] = sim.count_contacts()
+    out["energy"] = sim.kinetic_energy()
     return out
 
 
@@ -108,6 +109,8 @@ def compare(ref, got) -> str | None:
         return f"uids differ: {got['uid'].size} bodies vs {ref['uid'].size}"
     if got["contacts"] != ref["contacts"]:       # each contact counted once, whatever the ranks
         return f"count_contacts() {got['contacts']} vs {ref['contacts']} on one rank"
+    if got["energy"] != ref["energy"]:           # an exact sum: the same bits on any ranks
+        return f"kinetic_energy() {got['energy']!r} vs {ref['energy']!r} on one rank"
     for k in FIELDS:
         bad = np.flatnonzero((got[k] != ref[k]).reshape(got[k].shape[0], -1).any(axis=1))
         if bad.size:
@@ -133,8 +136,10 @@ def run_layouts(comm, layouts, steps, **kw):
                 sim.run(steps)
                 got = sim.state(gather=True)
                 contacts = sim.count_contacts()
+                energy = sim.kinetic_energy()
                 if got is not None:
                     got["contacts"] = contacts
+                    got["energy"] = energy
                 err = None
             except Exception as e:          # reported below, on every rank
                 got, err = None, f"{type(e).__name__}: {e}"
@@ -295,7 +300,11 @@ def test_two_global_bodies_touching_across_a_seam_are_one_contact(comm):
         for _ in range(3):
             sim.run(5)
             out.append(sim.count_contacts())
-        return out, sim.state(gather=sim.net.size > 1)
+        energy = sim.kinetic_energy()
+        state = sim.state(gather=sim.net.size > 1)
+        if state is not None:
+            state["energy"] = energy
+        return out, state
 
     ref = counts(scene(None)) if comm.rank == 0 else None
     sim = scene(comm)

@@ -45,3 +45,29 @@ def test_key_ranks():
     rank, urank = key_ranks(keys)
     assert np.array_equal(rank, np.argsort(np.argsort(keys)))
     assert np.array_equal(urank, np.unique(keys // 27, return_inverse=True)[1])
+
+
+def test_exact_sum_is_the_correctly_rounded_sum_in_any_split():
+    """Net.exact_sum equals math.fsum (the correctly rounded sum) for values of both signs over
+    600 binades, in any order and any split into parts (as over ranks): what makes
+    Simulation.kinetic_energy independent of the rank count."""
+    import math
+
+    from parsim.comm import Net, exact_partial_sums
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(20000) * 2.0 ** rng.integers(-300, 300, 20000)
+    x[1::7] = -x[::7][: x[1::7].size]            # cancellations
+    x[5] = 0.0
+    net = Net(None)
+    assert net.exact_sum(x) == math.fsum(x)
+    assert net.exact_sum(rng.permutation(x)) == math.fsum(x)
+    for cut in (1, 977, 15000):
+        parts = exact_partial_sums(x[:cut]) + exact_partial_sums(x[cut:])
+        low = min(e for e, _ in parts)
+        total = sum(m << (e - low) for e, m in parts)
+        assert total / (1 << -low) == math.fsum(x)
+    small = rng.uniform(0.0, 1.0, 1000)
+    assert net.exact_sum(small) == math.fsum(small) and net.exact_sum(np.zeros(3)) == 0.0
+    with pytest.raises(ValueError, match="finite"):
+        net.exact_sum(np.array([1.0, np.inf]))
