@@ -203,22 +203,19 @@ class SnapshotWriter:
             self.file.close()
 
 
-def sim_attrs(sim) -> dict:
-    """The simulation's geometry and gravity as attributes of a snapshot file's root: what a
-    reader needs besides the bodies (the box lengths of periodic axes, the cross-section, the
-    up direction) when the run has no config text. An unbounded axis has -inf / inf."""
-    return {"domain_lo": np.asarray(sim.lo, dtype=np.float64),
-            "domain_hi": np.asarray(sim.hi, dtype=np.float64),
-            "periodic": np.asarray(sim.periodic, dtype=np.uint8),
-            "gravity": np.asarray(sim.gravity, dtype=np.float64)}
-
-
 def add_sim_attrs(f, sim, only_missing: bool = False) -> None:
-    """Write :func:`sim_attrs` to the root of ``f`` and the materials' densities to
-    ``/materials`` (``only_missing``: keep the values a file has, add them to an older file)."""
+    """Write the simulation's geometry and gravity to the root of ``f`` (what a reader needs
+    besides the bodies when the run has no config text: box lengths of periodic axes, the
+    cross-section, the up direction; an unbounded axis has -inf / inf) and the materials'
+    densities to ``/materials`` (``only_missing``: keep the values a file has, add them to an
+    older file)."""
     if sim is None:
         return
-    for k, v in sim_attrs(sim).items():
+    attrs = {"domain_lo": np.asarray(sim.lo, dtype=np.float64),
+             "domain_hi": np.asarray(sim.hi, dtype=np.float64),
+             "periodic": np.asarray(sim.periodic, dtype=np.uint8),
+             "gravity": np.asarray(sim.gravity, dtype=np.float64)}
+    for k, v in attrs.items():
         if not (only_missing and k in f.attrs):
             f.attrs[k] = v
     g = f.get("materials")
