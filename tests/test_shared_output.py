@@ -39,7 +39,8 @@ def _env(**extra):
     env.update(OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", NUMBA_CACHE_DIR=str(cache),
                OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
-    env.pop("PYTHONPATH", None)
+    # parsim from this checkout (the environment's editable install may point at another one)
+    env["PYTHONPATH"] = str(REPO)
     env.update(extra)
     return env
 
@@ -90,6 +91,16 @@ def test_shared_file_equals_per_rank_files_and_serial(tmp_path):
     assert a.steps == b.steps == c.steps == [0, 200, 400]
     _same(b, c, b.steps)
     _same(b, a, b.steps)
+    # the simulation's attributes (domain, periodic axes, gravity, densities), written by the
+    # shared-file writer's own code path, are those of the config and of the per-rank file
+    lo, hi, periodic = b.domain
+    assert lo.tolist() == [0.0, 0.0, 0.0] and hi.tolist() == [1.2, 0.6, 0.6]
+    assert periodic.tolist() == [False, False, False]
+    assert b.gravity.tolist() == [0.0, 0.0, -9.81]
+    assert b.densities == {"grain": 2500.0}
+    for x, y in zip(b.domain, c.domain):
+        assert np.array_equal(x, y)
+    assert np.array_equal(b.gravity, c.gravity) and b.densities == c.densities
     check_xdmf(shared / "snapshots.xmf", n_steps=3)
     # restart from the checkpoint of step 200 into a copy of the directory
     again = tmp_path / "again"
