@@ -19,7 +19,7 @@ from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _with_r
                        contact_force, effective_mass, relative_shift)
 from .narrowphase import WORK_SIZE, collide_into
 from .rows import row3, row4
-from .shapes import PLANE, SPHERE
+from .shapes import BOX, PLANE, SPHERE
 
 
 @njit(cache=True, inline="always")
@@ -162,3 +162,51 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
 
 
 general_pair_forces = dual(_general_pair_forces)
+
+
+@njit(cache=True, inline="always")
+def _size(shape, params, i):
+    """A body's size for the overlap warning: its radius (sphere, capsule) or a box's smallest
+    half-extent."""
+    if shape[i] == BOX:
+        return min(params[i, 0], params[i, 1], params[i, 2])
+    return params[i, 0]
+
+
+@njit(cache=True)
+def deepest_overlaps(sel, pa, pb, shape, params, position, orientation, image, box,
+                     bounding_radius, out):
+    """For each pair ``sel[q]`` (one that involves a box or a capsule): the depth of its deepest
+    contact point divided by the smaller size of its two bodies (:func:`_size`; a plane counts
+    as the other body's size), 0 for bodies apart. Used once, at the start of a run, by the
+    overlap warning (:meth:`parsim.Simulation._start_overlap`)."""
+    normals = np.zeros((4, 3))
+    points = np.zeros((4, 3))
+    depths = np.zeros(4)
+    work = np.zeros(WORK_SIZE)
+    for q in range(sel.shape[0]):
+        p = sel[q]
+        a = pa[p]
+        b = pb[p]
+        sb = shape[b]
+        out[q] = 0.0
+        posb = row3(position, b)
+        dx = dy = dz = 0.0
+        if sb != PLANE:
+            sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
+            posb = (position[b, 0] + sx, position[b, 1] + sy, position[b, 2] + sz)
+            dx = position[a, 0] - posb[0]
+            dy = position[a, 1] - posb[1]
+            dz = position[a, 2] - posb[2]
+        if _apart(sb, dx, dy, dz, position, params, a, b, bounding_radius):
+            continue
+        k = collide_into(shape[a], row3(params, a), row3(position, a), row4(orientation, a),
+                         sb, row3(params, b), posb, row4(orientation, b), normals, points,
+                         depths, work)
+        deepest = 0.0
+        for c in range(k):
+            deepest = max(deepest, depths[c])
+        size = _size(shape, params, a)
+        if sb != PLANE:
+            size = min(size, _size(shape, params, b))
+        out[q] = deepest / size if size > 0.0 else (np.inf if deepest > 0.0 else 0.0)

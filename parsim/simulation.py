@@ -36,7 +36,7 @@ from .decomposition import Decomposition, default_blocks
 from .halo import Halo
 from .contacts import (accumulate, finish_sums, sphere_pair_forces,
                        sphere_pairs_in_play)
-from .contacts_general import general_pair_forces, scratch
+from .contacts_general import deepest_overlaps, general_pair_forces, scratch
 from .parallel import pick, threaded
 from .materials import (Material, collision_time, make_material, override_row, pair_table,
                         unknown_parameters)
@@ -729,12 +729,13 @@ class Simulation:
     OVERLAP_WARNING = 0.05
 
     def _start_overlap(self) -> str | None:
-        """Collective: a message if two spheres (or a sphere and a plane) overlap by more than
-        :data:`OVERLAP_WARNING` of the smaller radius (their contact force would throw them
-        apart; usually a mistake in the input), else None. Uses the neighbour list's gaps of
-        the setup, so other shapes are not looked at."""
+        """Collective: a message if two bodies (or a body and a plane) overlap by more than
+        :data:`OVERLAP_WARNING` of the smaller one's size (the radius of a sphere or capsule, a
+        box's smallest half-extent; their contact force would throw them apart; usually a
+        mistake in the input), else None. Sphere pairs use the neighbour list's gaps of the
+        setup; pairs with a box or a capsule, the narrow phase's deepest contact point."""
         st, nl = self.st, self.nl
-        worst = (0.0, -1, -1)
+        worst = (0.0, -1, -1, False)
         if nl is not None and nl.gap.size:
             pa, pb = nl.pa[: nl.gap.size], nl.pb[: nl.gap.size]
             ok = np.isfinite(nl.gap) & (st.shape[pa] == SPHERE)
@@ -743,12 +744,24 @@ class Simulation:
             ratio = np.where(ok, -nl.gap / np.minimum(ra, rb), 0.0)
             if ratio.size and ratio.max() > self.OVERLAP_WARNING:
                 k = int(np.argmax(ratio))
-                worst = (float(ratio[k]), int(st.uid[pa[k]]), int(st.uid[pb[k]]))
+                worst = (float(ratio[k]), int(st.uid[pa[k]]), int(st.uid[pb[k]]), False)
+        if nl is not None and nl.general_idx.size:
+            sel = nl.general_idx
+            ratio = np.empty(sel.size)
+            deepest_overlaps(sel, nl.pa, nl.pb, st.shape, st.params, st.position,
+                             st.orientation, st.image, self.box, st.bounding_radius, ratio)
+            k = int(np.argmax(ratio))
+            if ratio[k] > max(worst[0], self.OVERLAP_WARNING):
+                a, b = nl.pa[sel[k]], nl.pb[sel[k]]
+                boxed = bool(st.shape[a] == BOX or st.shape[b] == BOX)
+                worst = (float(ratio[k]), int(st.uid[a]), int(st.uid[b]), boxed)
         worst = max(self.net.allgather(worst))
         if worst[0] <= self.OVERLAP_WARNING:
             return None
+        size = "size (a box's smallest half-extent)" if worst[3] else "radius"
+        u, v = sorted(worst[1:3])
         return (f"bodies overlap at the start, up to {100 * worst[0]:.3g} % of the smaller "
-                f"radius (uids {worst[1]} and {worst[2]}); their contact forces will push them "
+                f"{size} (uids {u} and {v}); their contact forces will push them "
                 "apart hard. Check the input positions and sizes")
 
     def _check_dt(self) -> None:
