@@ -433,14 +433,14 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
         w.writerow(["step", "time", "ke_trans", "ke_rot", "ke", "n_contacts", "n_bodies"]
                    + [f"bodies_rank{r}" for r in range(n_ranks)])
         for i, r in enumerate(rows):
-            w.writerow([r["step"], repr(r["time"]), repr(r["ke_trans"]), repr(r["ke_rot"]),
-                        repr(r["ke"]), r["n_contacts"], r["n_bodies"]]
-                       + per_rank[i].tolist())
+            w.writerow([int(r["step"]), _num(r["time"]), _num(r["ke_trans"]),
+                        _num(r["ke_rot"]), _num(r["ke"]), int(r["n_contacts"]),
+                        int(r["n_bodies"])] + [int(c) for c in per_rank[i]])
     with open(out / "profile.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["height_lo", "height_hi", "solid_volume", "phi"])
         for i in range(nbins):
-            w.writerow([repr(i * width), repr((i + 1) * width), repr(solid[i]), repr(phi[i])])
+            w.writerow([_num(i * width), _num((i + 1) * width), _num(solid[i]), _num(phi[i])])
     result["files"] = _plots(result, rows, axis_name, gravity_note, out)
 
     # --- summary
@@ -450,6 +450,12 @@ def analyze(run_dir, out_dir=None, nbins: int | None = None, step: int | None = 
     if not quiet:
         print(text, end="")
     return result
+
+
+def _num(x) -> str:
+    """A number for the CSV files: the shortest text that reads back as the same float64
+    (``repr`` of a numpy scalar is ``np.float64(...)`` since numpy 2)."""
+    return repr(float(x))
 
 
 def _plots(res, rows, axis_name, gravity_note, out) -> list[Path]:

@@ -3,6 +3,7 @@ fraction of lattices (exact in whole-layer bins), and the ranks' own body counts
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import math
 import os
@@ -134,6 +135,16 @@ region = [[0.0, 0.0, 0.02], [0.08, 0.06, 0.1]]
     assert filled.sum() == 8
     np.testing.assert_allclose(phi[filled], solid / s ** 3, rtol=1e-9)
     assert np.all(phi[~filled] == 0.0)
+    # profile.csv holds the same numbers, as plain numbers (until 2026-11-25 its solid_volume
+    # and phi columns read "np.float64(...)" with numpy 2)
+    with open(out / "analysis" / "profile.csv") as fh:
+        table = list(csv.reader(fh))
+    assert table[0] == ["height_lo", "height_hi", "solid_volume", "phi"]
+    values = np.array([[float(x) for x in r] for r in table[1:]])
+    np.testing.assert_array_equal(values[:, 3], phi)
+    with open(out / "analysis" / "timeseries.csv") as fh:
+        for r in list(csv.reader(fh))[1:]:
+            [float(x) for x in r]
     n_bodies = 8 * 6 * 8
     assert res["n_bodies"][-1] == n_bodies
     assert res["solid_in_bins"] == pytest.approx(n_bodies * solid, rel=1e-9)
