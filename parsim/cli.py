@@ -122,10 +122,18 @@ def _info(args: argparse.Namespace) -> int:
     from .io import describe
 
     try:
-        print(describe(args.file))
+        text = describe(args.file)
     except ValueError as e:            # OutputError, CheckpointError
         print(f"parsim info: {e}", file=sys.stderr)
         return 2
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # the reader stopped early (`parsim info FILE | head`): not an error of ours; point
+        # stdout at /dev/null so that the interpreter's final flush does not raise again
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -8,6 +8,7 @@ import io
 import re
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -244,3 +245,15 @@ region = [[0.0, 0.0, 0.0], [0.1, 0.1, 0.1]]
     assert ("domain: (0, -1, 0) to (0.1, 0.5, 0.2), periodic [True, False, False]; gravity "
             "(0, -9.81, 0)") in text, text
     assert "materials (density): g 2500" in text, text
+    # a reader that stops early (`parsim info DIR | head`): no traceback, exit status 0
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(parsim.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.Popen([sys.executable, "-m", "parsim", "info", str(tmp_path / "run")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p.stdout.close()                   # closed before the child writes (its imports take long)
+    err = p.stderr.read().decode()
+    assert p.wait() == 0 and "Traceback" not in err, err
