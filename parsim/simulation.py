@@ -864,7 +864,11 @@ class Simulation:
             k = I.outside(st.n_owned, st.flags, st.position, self.lo, self.hi, self.walled, out)
             if k:
                 gone = np.flatnonzero(out)
-                self.deleted += gone.size
+                # a body kept by every rank (a global body) is deleted on every rank and
+                # counted on rank 0 only, so that the ranks' counts sum to the serial count
+                # (until 2026-11-25 each rank counted it: found by a rank-count fuzzer)
+                rep = int(np.count_nonzero(st.flags[gone] & REPLICATED))
+                self.deleted += gone.size - (rep if self.net.rank else 0)
                 st.remove_owned(gone)
             if self.check_ownership and self.net.isum(k):
                 self._expected_uids = None

@@ -341,3 +341,29 @@ def test_many_global_bodies_get_a_warning(comm):
     w = _global_warning(sim)
     assert w is not None and "50 of 50 bodies are larger than a quarter" in w, w
     assert _global_warning(column(0.3 * sim.global_radius)) is None
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_global_body_deleted_by_outflow_is_counted_once(comm):
+    """outflow = "delete": a big sphere (a global body on several ranks, kept by every rank)
+    leaves the domain next to a small one that stays; the ranks' `deleted` counts sum to the
+    serial run's 1, and the state equals the serial one. (Until 2026-11-25 every rank counted
+    the global body: P deletions on P ranks; found by a rank-count fuzzer.)"""
+    def scene(c, blocks):
+        sim = Simulation(dt=1e-4, domain=((0, 0, 0), (4, 2, 2)), outflow="delete", comm=c,
+                         blocks=blocks, check_ownership=c is not None)
+        sim.add_material("m", density=1000.0, restitution=0.7, collision_time=2e-3)
+        sim.add_sphere((3.3, 1.0, 1.0), 0.6, "m", velocity=(20.0, 0, 0))
+        sim.add_sphere((1.0, 1.0, 1.0), 0.1, "m", velocity=(1.0, 0, 0))
+        sim.run(600)                                   # the big one leaves at step ~350
+        return sim
+
+    serial = scene(None, (1, 1, 1))
+    sim = scene(comm, (comm.size, 1, 1))
+    assert sim.global_radius < 0.6                     # the big sphere is a global body here
+    assert serial.deleted == 1
+    assert sim.net.isum(sim.deleted) == 1
+    st, ref = sim.state(gather=True), serial.state()
+    if comm.rank == 0:
+        for k in ("uid", "position", "velocity"):
+            assert np.array_equal(st[k], ref[k]), k
