@@ -122,9 +122,10 @@ class Net:
         every rank can raise the same error instead of leaving the others waiting."""
         return self.first_error_and_max(message, 0.0)[0]
 
-    def first_error_and_max(self, message: str | None, x: float):
+    def first_error_and_max(self, message: str | None, x: float, key: int = 0):
         """Collective: :meth:`first_error` and the largest ``x`` over the ranks, in one
-        reduction."""
+        reduction. With messages on several ranks, the one with the smallest ``key`` wins (then
+        the lowest rank)."""
         if self.size == 1:
             return message, float(x)
         both = np.array([0.0 if message is None else 1.0, float(x)])
@@ -132,11 +133,12 @@ class Net:
         self.comm.Allreduce(both, out, op=self.MPI.MAX)
         if out[0] == 0.0:
             return None, float(out[1])
-        msgs = self.comm.allgather(message)
-        for r, m in enumerate(msgs):
-            if m is not None:
-                return (m if r == 0 else f"{m} [rank {r}]"), float(out[1])
-        return None, float(out[1])
+        msgs = self.comm.allgather(None if message is None else (int(key), message))
+        found = [(m[0], r, m[1]) for r, m in enumerate(msgs) if m is not None]
+        if not found:
+            return None, float(out[1])
+        _, r, m = min(found)
+        return (m if r == 0 else f"{m} [rank {r}]"), float(out[1])
 
     def gather(self, obj, root: int = 0):
         if self.size == 1:

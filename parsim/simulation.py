@@ -1140,10 +1140,13 @@ class Simulation:
         (index, cause) of :func:`parsim.integrator.check_state`, if already known. Returns the
         largest ``bound`` over the ranks (carried by the same reduction)."""
         msg = self._check_local(step, found)
+        key = self._bad_uid if msg is not None else 0
         if self.check_ownership:      # collective (an allgather): every rank must take part
             owners = self._ownership_error(step)
-            msg = msg or owners
-        msg, bound = self.net.first_error_and_max(msg, bound)
+            if msg is None and owners is not None:
+                msg, key = owners, MAX_UID + 1
+        # several ranks with a bad body: the message of the lowest uid, as in a serial run
+        msg, bound = self.net.first_error_and_max(msg, bound, key)
         if msg is not None:
             raise SimulationError(msg)
         return bound
@@ -1184,6 +1187,7 @@ class Simulation:
                                   st.angular_velocity, self.lo, self.hi, self._checked_walls())
         i, cause = found
         if i >= 0:
+            i, cause = self._lowest_bad(step)
             uid = int(st.uid[i])
             if cause == 1:
                 what = (f"non-finite state (position {_fmt(st.position[i])}, velocity "
@@ -1203,8 +1207,26 @@ class Simulation:
                              "too soft for the body's speed or load; use a stiffer material "
                              "(a larger stiffness or a shorter collision_time, with a dt to "
                              "match) or lower speeds")
+            self._bad_uid = uid
             return f"body uid {uid} at step {step}: {what}"
         return None
+
+    def _lowest_bad(self, step: int) -> tuple[int, int]:
+        """(slot, cause) of the owned body with the lowest uid among those that fail the state
+        check (as :func:`parsim.integrator.check_state`: 1 non-finite, 2 outside the domain),
+        so that the error names the same body on any number of ranks (the kernels stop at the
+        first slot, and slot order depends on the blocks). Runs only on an error."""
+        st = self.st
+        n = st.n_owned
+        pos, vel, w = st.position[:n], st.velocity[:n], st.angular_velocity[:n]
+        bad_value = ~(np.isfinite(pos) & np.isfinite(vel) & np.isfinite(w)).all(axis=1)
+        walls = self._checked_walls()
+        with np.errstate(invalid="ignore"):
+            out = (walls & ((pos < self.lo) | (pos >= self.hi))).any(axis=1)
+        out &= ((st.flags[:n] & FIXED) == 0) & ~bad_value
+        bad = np.flatnonzero(bad_value | out)
+        i = int(bad[np.argmin(st.uid[bad])])
+        return i, 1 if bad_value[i] else 2
 
     def _plane_passed(self, i: int) -> int | None:
         """Slot of a plane whose solid side holds the centre of owned body ``i`` (the body

@@ -367,3 +367,23 @@ def test_a_global_body_deleted_by_outflow_is_counted_once(comm):
     if comm.rank == 0:
         for k in ("uid", "position", "velocity"):
             assert np.array_equal(st[k], ref[k]), k
+
+
+@pytest.mark.mpi(min_size=2)
+def test_two_bodies_leaving_in_one_step_name_the_same_body_on_any_rank_count(comm):
+    """Two spheres leave the walled domain through x = 0 in the same step, one of them after
+    migrating between blocks: the error names the lower uid, on 1 rank as on several (it named
+    the first bad body by slot, and slot order depends on the blocks: uid 1 serially, uid 0 on
+    2-4 ranks; found by a rank-count fuzzer)."""
+    def scene(c, blocks):
+        sim = Simulation(dt=1e-4, domain=((0, 0, 0), (4, 2, 2)), outflow="error", comm=c,
+                         blocks=blocks)
+        sim.add_material("m", density=1000.0, restitution=0.7, collision_time=2e-3)
+        sim.add_sphere((0.50003, 1.0, 1.5), 0.1, "m", velocity=(-10.0, 0, 0))
+        sim.add_sphere((2.50015, 1.0, 0.5), 0.1, "m", velocity=(-50.0, 0, 0))
+        return _stop(sim, 600)
+
+    ref, ref_step = scene(None, (1, 1, 1))
+    got, step = scene(comm, (comm.size, 1, 1))
+    assert ref is not None and ref.startswith("body uid 0 at step 501: "), ref
+    assert step == ref_step and got.split(" [rank ")[0] == ref
