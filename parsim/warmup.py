@@ -103,7 +103,7 @@ def _run_scene(scene) -> None:
     # (contacts_general.deepest_overlaps), which the scene above, apart at its start, skips
     from .simulation import Simulation
 
-    sim = Simulation(dt=1e-5, domain=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)))
+    sim = Simulation(dt=1e-5, domain=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)), comm=None)
     m = sim.add_material("a", density=1000.0, restitution=0.5, collision_time=1e-3)
     sim.add_plane((0.0, 0.0, 0.0), (0.0, 0.0, 1.0), m)
     sim.add_box((0.5, 0.5, 0.09), (0.1, 0.1, 0.1), material=m)
