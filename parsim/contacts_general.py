@@ -38,6 +38,30 @@ def _apart(sb, dx, dy, dz, position, params, a, b, bounding_radius):
     return dx * dx + dy * dy + dz * dz > reach * reach
 
 
+@njit(cache=True, inline="always")
+def _narrow_pair(a, b, shape, params, position, orientation, image, box, bounding_radius,
+                 normals, points, depths, work):
+    """The contact points of pair (A, B) with B taken in A's periodic image: their number (into
+    ``normals``, ``points``, ``depths``) and B's shifted position. 0 without a narrow-phase call
+    when the bounding spheres are apart (:func:`_apart`). Shared by the force kernel and the
+    start-of-run overlap check so both see the same contacts."""
+    sb = shape[b]
+    # the bodies' rows as tuples, not views (see parsim.rows)
+    posb = row3(position, b)
+    dx = dy = dz = 0.0
+    if sb != PLANE:
+        sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
+        posb = (position[b, 0] + sx, position[b, 1] + sy, position[b, 2] + sz)
+        dx = position[a, 0] - posb[0]
+        dy = position[a, 1] - posb[1]
+        dz = position[a, 2] - posb[2]
+    if _apart(sb, dx, dy, dz, position, params, a, b, bounding_radius):
+        return 0, posb
+    k = collide_into(shape[a], row3(params, a), row3(position, a), row4(orientation, a), sb,
+                     row3(params, b), posb, row4(orientation, b), normals, points, depths, work)
+    return k, posb
+
+
 def scratch(threads: int):
     """Per-thread buffers of :func:`general_pair_forces`."""
     return (np.zeros((threads, 4, 3)), np.zeros((threads, 4, 3)), np.zeros((threads, 4)),
@@ -75,23 +99,10 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
         a = pa[p]
         b = pb[p]
         h = hist[p]
-        sa = shape[a]
         sb = shape[b]
         nh = 4
-        # the bodies' rows as tuples, not views (see parsim.rows)
-        posb = row3(position, b)
-        dx = dy = dz = 0.0
-        if sb != PLANE:
-            sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
-            posb = (position[b, 0] + sx, position[b, 1] + sy, position[b, 2] + sz)
-            dx = position[a, 0] - posb[0]
-            dy = position[a, 1] - posb[1]
-            dz = position[a, 2] - posb[2]
-        k = 0
-        if not _apart(sb, dx, dy, dz, position, params, a, b, bounding_radius):
-            k = collide_into(sa, row3(params, a), row3(position, a), row4(orientation, a), sb,
-                             row3(params, b), posb, row4(orientation, b), normals, points,
-                             depths, work)
+        k, posb = _narrow_pair(a, b, shape, params, position, orientation, image, box,
+                               bounding_radius, normals, points, depths, work)
         if k == 0:
             _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, live, update)
             continue
@@ -190,19 +201,8 @@ def deepest_overlaps(sel, pa, pb, shape, params, position, orientation, image, b
         b = pb[p]
         sb = shape[b]
         out[q] = 0.0
-        posb = row3(position, b)
-        dx = dy = dz = 0.0
-        if sb != PLANE:
-            sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
-            posb = (position[b, 0] + sx, position[b, 1] + sy, position[b, 2] + sz)
-            dx = position[a, 0] - posb[0]
-            dy = position[a, 1] - posb[1]
-            dz = position[a, 2] - posb[2]
-        if _apart(sb, dx, dy, dz, position, params, a, b, bounding_radius):
-            continue
-        k = collide_into(shape[a], row3(params, a), row3(position, a), row4(orientation, a),
-                         sb, row3(params, b), posb, row4(orientation, b), normals, points,
-                         depths, work)
+        k, _ = _narrow_pair(a, b, shape, params, position, orientation, image, box,
+                            bounding_radius, normals, points, depths, work)
         deepest = 0.0
         for c in range(k):
             deepest = max(deepest, depths[c])
