@@ -1139,8 +1139,7 @@ class Simulation:
         non-finite state or (outflow "error") outside the domain. ``found``: this rank's
         (index, cause) of :func:`parsim.integrator.check_state`, if already known. Returns the
         largest ``bound`` over the ranks (carried by the same reduction)."""
-        msg = self._check_local(step, found)
-        key = self._bad_uid if msg is not None else 0
+        msg, key = self._check_local(step, found)
         if self.check_ownership:      # collective (an allgather): every rank must take part
             owners = self._ownership_error(step)
             if msg is None and owners is not None:
@@ -1180,14 +1179,16 @@ class Simulation:
         "delete", where such bodies are removed at the next rebuild)."""
         return self.walled if self.outflow == "error" else np.zeros(3, dtype=np.bool_)
 
-    def _check_local(self, step: int, found=None) -> str | None:
+    def _check_local(self, step: int, found=None) -> tuple[str | None, int]:
+        """(message, uid) for this rank's owned body with the lowest uid that fails the state
+        check, else (None, 0)."""
         st = self.st
         if found is None:
             found = I.check_state(st.n_owned, st.flags, st.position, st.velocity,
                                   st.angular_velocity, self.lo, self.hi, self._checked_walls())
         i, cause = found
         if i >= 0:
-            i, cause = self._lowest_bad(step)
+            i, cause = self._lowest_bad()
             uid = int(st.uid[i])
             if cause == 1:
                 what = (f"non-finite state (position {_fmt(st.position[i])}, velocity "
@@ -1207,11 +1208,10 @@ class Simulation:
                              "too soft for the body's speed or load; use a stiffer material "
                              "(a larger stiffness or a shorter collision_time, with a dt to "
                              "match) or lower speeds")
-            self._bad_uid = uid
-            return f"body uid {uid} at step {step}: {what}"
-        return None
+            return f"body uid {uid} at step {step}: {what}", uid
+        return None, 0
 
-    def _lowest_bad(self, step: int) -> tuple[int, int]:
+    def _lowest_bad(self) -> tuple[int, int]:
         """(slot, cause) of the owned body with the lowest uid among those that fail the state
         check (as :func:`parsim.integrator.check_state`: 1 non-finite, 2 outside the domain),
         so that the error names the same body on any number of ranks (the kernels stop at the
