@@ -107,9 +107,9 @@ def lockstep_worker(scenario: str, n_side: int, steps: int, warm: int) -> None:
         check = sim.net.first_error_and_max
         pair, out = np.zeros(2), np.empty(2)
 
-        def first_error_and_max(message, x):
+        def first_error_and_max(*args, **kwargs):      # whatever Net's signature is
             world.Allreduce(pair, out, op=MPI.MAX)
-            return check(message, x)
+            return check(*args, **kwargs)
         sim.net.first_error_and_max = first_error_and_max
         return sim
 
