@@ -9,7 +9,11 @@ two or more cells are too rare to show, let alone over the 7 the halo covers."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,6 +77,8 @@ region = [[0.0, 0.0, 0.4], [4.0, 0.5, 0.5]]
 """
 
 COUNTS = (3, 300, 8000, 200 + 200)
+REPO = Path(__file__).resolve().parents[1]
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
 FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity", "angular_velocity",
           "mass", "material", "wraps")
 
@@ -244,6 +250,48 @@ def test_local_placement_equals_the_serial_one(comm, fine_cells):
     if tuple(sim.dec.dims)[1:] != (1, 1):      # y or z cut: the rocks are global bodies
         assert n_global == 3
     assert comm.allgather(sim.next_uid) == [sim.next_uid] * comm.size
+
+
+THREE_RANKS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from mpi4py import MPI
+from parsim import packing
+packing.PER_CELL = 2                       # as the fine_cells fixture
+import test_local_placement as T
+comm = MPI.COMM_WORLD
+sim = T._build(comm)
+state = sim.state(gather=True)
+counts = comm.gather(int(sim.st.n_owned), root=0)
+if comm.rank == 0:
+    np.savez(sys.argv[2], counts=np.array(counts), dims=np.array(sim.dec.dims),
+             **{k: state[k] for k in T.FIELDS + ("flags",)})
+"""
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
+def test_local_placement_on_three_ranks_equals_the_serial_one(tmp_path, fine_cells):
+    """The MPI sessions of the suite have 2, 4 and 8 ranks, all powers of two; on 3 ranks the
+    blocks (3 x 1 x 1, each 4/3 long) cut the generation cells at other places. Run in a
+    subprocess under `mpiexec -n 3`, compared with the serial build here."""
+    serial = _build(None).state()          # also fills the kernel cache for the ranks
+    script = tmp_path / "three.py"
+    script.write_text(THREE_RANKS)
+    out = tmp_path / "three.npz"
+    cache = os.path.abspath(os.environ.get("NUMBA_CACHE_DIR", REPO / ".numba_cache"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", NUMBA_CACHE_DIR=cache,
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([str(MPIEXEC), "-n", "3", sys.executable, "-m", "mpi4py", str(script),
+                        str(REPO / "tests"), str(out)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    three = np.load(out)
+    assert three["dims"].tolist() == [3, 1, 1]
+    assert three["counts"].size == 3 and three["counts"].min() > 0
+    assert three["uid"].size == serial["uid"].size == sum(COUNTS)
+    assert [k for k in FIELDS if not np.array_equal(serial[k], three[k])] == []
+    assert not ((serial["flags"] ^ three["flags"]) & ~GLOBAL).any()
 
 
 def test_fill_equals_testing_every_obstacle_and_body():
