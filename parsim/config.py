@@ -310,7 +310,9 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
                     notes.append(f"rain {spec['where']} at step 0: placed {placed} of {asked} "
                                  "(the region is crowded; the shortfall is not made up later)")
         else:
-            _generate(sim, spec, t)
+            note = _generate(sim, spec, t)
+            if note:
+                notes.append(note)
     if not restart:
         st = sim.st
         planes = int(np.count_nonzero(st.shape[: st.n_owned] == PLANE))  # on every rank alike
@@ -496,7 +498,7 @@ def _place(sim, spec, t, centers, size, rng):
                                                      orientations=q, velocities=v, fixed=fx))
 
 
-def _generate(sim: Simulation, spec: dict, t: _Table) -> None:
+def _generate(sim: Simulation, spec: dict, t: _Table) -> str | None:
     rng = spec["rng"]
     kind = spec["kind"]
     if kind == "file":
@@ -510,8 +512,7 @@ def _generate(sim: Simulation, spec: dict, t: _Table) -> None:
         return
     rlo, rhi = spec["region"]
     if kind == "lattice":
-        _lattice(sim, spec, t, rlo, rhi)
-        return
+        return _lattice(sim, spec, t, rlo, rhi)
     _random_batch(sim, spec, t, spec["count"])
 
 
@@ -535,12 +536,14 @@ def _lattice_axis(c0, a, count, blo, bhi, jitter, lo, hi, periodic) -> np.ndarra
     return np.unique(np.concatenate(keep)) if keep else np.empty(0, dtype=np.int64)
 
 
-def _lattice(sim, spec, t, rlo, rhi) -> None:
+def _lattice(sim, spec, t, rlo, rhi) -> str | None:
     """A simple cubic lattice filling the region, made rank-locally: each rank computes only the
     lattice points that can end up in its block, with counter-based random numbers keyed by the
     point's index (sizes, jitter, velocities, orientations), and adds them with uids
     ``first uid + index``; so no rank holds the whole lattice and the bodies are the same bits
-    on any number of ranks."""
+    on any number of ranks. Points whose body would overlap a body already there (bounding
+    spheres, periodic images included) are left out, their uids unused. Returns a note saying
+    how many were left out, or None."""
     a = spec["spacing"]
     counts = np.floor((rhi - rlo) / a + 1e-9).astype(np.int64)
     if (counts < 1).any():
@@ -567,9 +570,58 @@ def _lattice(sim, spec, t, rlo, rhi) -> None:
     if spec["jitter"]:
         u = np.stack([randoms.uniform(key, index, 0, _S_JITTER + k) for k in range(3)], 1)
         centers = centers + spec["jitter"] * (2.0 * u - 1.0)
+    clear = _clear_of_bodies(sim, centers, rb)
+    before = sim.count_bodies()
     first = sim.next_uid
-    _add_generated(sim, spec, t, key, first + index, index, centers, size)
+    _add_generated(sim, spec, t, key, first + index[clear], index[clear], centers[clear],
+                   size[clear])
     sim._next_uid = first + int(np.prod(counts))      # the lattice's whole uid range
+    left_out = int(np.prod(counts)) - (sim.count_bodies() - before)
+    if left_out:
+        return (f"{spec['where']} (lattice): {left_out} of {int(np.prod(counts))} points left "
+                "out, where their bodies would overlap bodies already there")
+    return None
+
+
+def _clear_of_bodies(sim, centers, rb) -> np.ndarray:
+    """Collective: for each ball (``centers``, bounding radii ``rb``), whether it overlaps no
+    finite body already in ``sim`` (bounding spheres; touching is allowed), periodic images
+    included. The answer for a ball does not depend on the rank that asks, so a lattice point
+    computed by several ranks is kept or left out by all of them."""
+    from .broadphase import HierarchicalHashGrid
+
+    n = centers.shape[0]
+    big = sim.largest_radius()                        # collective; 0: no finite body yet
+    if big == 0.0:
+        return np.ones(n, dtype=np.bool_)
+    margin = big + (float(rb.max()) if n else 0.0)
+    lo = centers.min(axis=0) - margin if n else np.full(3, np.inf)
+    hi = centers.max(axis=0) + margin if n else np.full(3, -np.inf)
+    per = np.asarray(sim.periodic, dtype=np.bool_)
+    whole = per & (lo < hi)                           # an image may be the body that overlaps
+    pos, r = packing.obstacles(sim, np.where(whole, -np.inf, lo), np.where(whole, np.inf, hi))
+    length = np.asarray(sim.hi, dtype=np.float64) - np.asarray(sim.lo, dtype=np.float64)
+    for d in np.flatnonzero(per):
+        shift = np.zeros(3)
+        shift[d] = length[d]
+        pos = np.concatenate([pos, pos + shift, pos - shift])
+        r = np.concatenate([r, r, r])
+        near = (pos[:, d] >= lo[d]) & (pos[:, d] <= hi[d])
+        pos, r = pos[near], r[near]
+    clear = np.ones(n, dtype=np.bool_)
+    if n == 0 or r.size == 0:
+        return clear
+    bp = HierarchicalHashGrid()
+    pts = np.concatenate([centers, pos])
+    rad = np.concatenate([rb, r])[:, None]
+    bp.add(np.arange(pts.shape[0], dtype=np.int64), pts - rad, pts + rad)
+    pairs = bp.pairs()
+    a, b = pairs.min(axis=1), pairs.max(axis=1)
+    cross = (a < n) & (b >= n)                        # a lattice point and a body
+    a, b = a[cross], b[cross]
+    gap = np.sqrt(((pts[a] - pts[b]) ** 2).sum(axis=1)) - (rad[a, 0] + rad[b, 0])
+    clear[a[gap < 0.0]] = False
+    return clear
 
 
 def _random_batch(sim, spec, t, count) -> int:

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import parsim
+from parsim import config
 from parsim.config import _lattice_axis, build
 from parsim.decomposition import Decomposition
+from parsim.shapes import bounding_radius
 
 CONFIG = """
 [simulation]
@@ -87,11 +89,17 @@ def test_lattice_axis_covers_every_point_that_can_land_in_the_block():
         == list(range(10))
 
 
-def test_serial_lattice_has_every_point_once():
+def _every_point(monkeypatch):
+    """The serial build with no point left out (the overlap test switched off)."""
+    with monkeypatch.context() as m:
+        m.setattr(config, "_clear_of_bodies", lambda sim, c, rb: np.ones(len(c), dtype=bool))
+        return build(tomllib.loads(CONFIG), comm=None).sim.state()
+
+
+def test_serial_lattice_has_every_point_once(monkeypatch):
     """The serial build (one block: the whole domain): every lattice point once, uids in
     lattice order, the boxes jittered across the seam at x = 0 wrapped to the other side."""
-    data = tomllib.loads(CONFIG)
-    whole = build(data, comm=None).sim.state()
+    whole = _every_point(monkeypatch)
     n = whole["uid"].size
     assert n == 10 * 6 * 2 + 14 * 8 * 1 + 9 * 6 * 1
     assert np.array_equal(whole["uid"], np.arange(n))
@@ -101,10 +109,42 @@ def test_serial_lattice_has_every_point_once():
     assert (whole["position"][:, 0] >= 0.0).all() and (whole["position"][:, 0] < 1.0).all()
 
 
+def test_points_overlapping_earlier_bodies_are_left_out(monkeypatch):
+    """The three lattices of CONFIG overlap (jittered boxes reach into the spheres' layer, the
+    spheres into the capsules'): a point is left out exactly when its body's bounding sphere
+    would overlap that of a body already there (earlier generators' bodies that were kept;
+    minimum image across the periodic x and y), found here by brute force over every pair; the
+    kept bodies are those of the full lattice, bit for bit, and a note gives the counts."""
+    full = _every_point(monkeypatch)
+    cfg = build(tomllib.loads(CONFIG), comm=None)
+    got = cfg.sim.state()
+    ranges = [(0, 120), (120, 232), (232, 286)]             # the three generators' uids
+    rb = bounding_radius(full["shape"], full["params"])
+    box = np.array([1.0, 0.6, np.inf])
+    kept = np.zeros(full["uid"].size, dtype=bool)
+    for g, (u0, u1) in enumerate(ranges):
+        before = np.flatnonzero(kept[:u0])
+        for i in range(u0, u1):
+            d = full["position"][before] - full["position"][i]
+            d[:, :2] -= box[:2] * np.round(d[:, :2] / box[:2])
+            gap = np.sqrt((d * d).sum(axis=1)) - (rb[before] + rb[i])
+            kept[i] = not (gap < 0.0).any()
+    assert 0 < (~kept).sum() < 20                         # the case is exercised, mildly
+    assert kept[:120].all()                               # the first lattice has nothing before it
+    assert np.array_equal(got["uid"], full["uid"][kept])
+    for k in FIELDS:
+        assert np.array_equal(got[k], full[k][kept]), k
+    left = [(~kept[u0:u1]).sum() for u0, u1 in ranges]
+    notes = [x for x in cfg.notes if "(lattice)" in x]
+    assert [int(x.split(": ")[1].split()[0]) for x in notes] == [k for k in left if k]
+    assert cfg.sim.next_uid == 286
+
+
 @pytest.mark.mpi(min_size=2)
 def test_rank_local_lattice_equals_the_serial_one(comm):
     data = tomllib.loads(CONFIG)
-    serial = build(data, comm=None).sim.state() if comm.rank == 0 else None
+    one = build(data, comm=None).sim if comm.rank == 0 else None
+    serial = one.state() if comm.rank == 0 else None
     sim = build(data).sim
     mine = int(sim.st.n_owned)
     everyone = sim.state(gather=True)
@@ -112,13 +152,13 @@ def test_rank_local_lattice_equals_the_serial_one(comm):
     found = None
     if comm.rank == 0:
         found = ([k for k in FIELDS if not np.array_equal(serial[k], everyone[k])],
-                 int(serial["uid"].size), int(everyone["uid"].size), counts)
+                 int(serial["uid"].size), int(everyone["uid"].size), counts, one.next_uid)
     found = comm.bcast(found, root=0)
-    differ, n_serial, n_par, counts = found
+    differ, n_serial, n_par, counts, next_uid = found
     assert n_par == n_serial
     assert differ == []
     assert min(counts) > 0
-    assert sim.next_uid == n_serial
+    assert sim.next_uid == next_uid == 286      # the lattices' whole uid ranges
 
 
 @pytest.mark.mpi(min_size=2)
@@ -147,3 +187,54 @@ def test_rank_local_add_keeps_each_body_once(comm):
     except ValueError as e:
         error = str(e)
     assert error is not None and "uids must lie in" in error
+
+
+SEAM = """
+[simulation]
+dt = 1e-5
+steps = 10
+seed = 3
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [1.0, 1.0, 1.0]
+periodic = [true, false, false]
+
+[[materials]]
+name = "m"
+density = 1000.0
+restitution = 0.5
+collision_time = 1e-3
+
+[[bodies]]
+kind = "file"
+path = "{path}"
+
+[[bodies]]
+kind = "lattice"
+radius = 0.02
+spacing = 0.1
+region = [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+"""
+
+
+def test_a_lattice_point_overlapping_a_body_across_the_periodic_seam_is_left_out(tmp_path):
+    """A sphere at x = 0.98 of radius 0.1 reaches x = 0.08 through the seam of the periodic x
+    axis. Lattice points (radius 0.02) are left out where the centres are closer than 0.12: at
+    x = 0.95 the one in line with the sphere and its 4 neighbours in y and z (0.104 away), at
+    x = 0.05 the one in line (0.07 away, through the seam: only the image overlaps it); its
+    neighbours there are 0.122 away and kept."""
+    np.savez(tmp_path / "rock.npz", position=np.array([[0.98, 0.55, 0.55]]),
+             radius=np.array([0.1]))
+    cfg = build(tomllib.loads(SEAM.format(path=tmp_path / "rock.npz")), comm=None)
+    s = cfg.sim.state()
+    lattice = s["uid"] != 0
+    x = s["position"][lattice]
+    assert lattice.sum() == 1000 - 6
+    for cx in (0.05, 0.95):                          # the two columns next to the seam
+        near = np.isclose(x[:, 0], cx) & (np.abs(x[:, 1] - 0.55) < 0.06) \
+            & (np.abs(x[:, 2] - 0.55) < 0.06)
+        assert not near.any(), cx
+    d = x - [0.98, 0.55, 0.55]
+    d[:, 0] -= np.round(d[:, 0])
+    assert (np.sqrt((d * d).sum(axis=1)) >= 0.12).all()
