@@ -597,17 +597,23 @@ def _clear_of_bodies(sim, centers, rb) -> np.ndarray:
     margin = big + (float(rb.max()) if n else 0.0)
     lo = centers.min(axis=0) - margin if n else np.full(3, np.inf)
     hi = centers.max(axis=0) + margin if n else np.full(3, -np.inf)
+    # the bodies whose centre, or one of its periodic images, lies in [lo, hi]: one query per
+    # image shift (the same shifts on every rank, so the collectives line up; a rank whose box
+    # does not cross the domain's bounds asks for nothing in the shifted boxes)
     per = np.asarray(sim.periodic, dtype=np.bool_)
-    whole = per & (lo < hi)                           # an image may be the body that overlaps
-    pos, r = packing.obstacles(sim, np.where(whole, -np.inf, lo), np.where(whole, np.inf, hi))
-    length = np.asarray(sim.hi, dtype=np.float64) - np.asarray(sim.lo, dtype=np.float64)
-    for d in np.flatnonzero(per):
-        shift = np.zeros(3)
-        shift[d] = length[d]
-        pos = np.concatenate([pos, pos + shift, pos - shift])
-        r = np.concatenate([r, r, r])
-        near = (pos[:, d] >= lo[d]) & (pos[:, d] <= hi[d])
-        pos, r = pos[near], r[near]
+    dlo, dhi = np.asarray(sim.lo, dtype=np.float64), np.asarray(sim.hi, dtype=np.float64)
+    length = np.where(per, dhi - dlo, 0.0)
+    steps = [(-1, 0, 1) if per[d] else (0,) for d in range(3)]
+    found_pos, found_r = [], []
+    for k in np.stack(np.meshgrid(*steps, indexing="ij"), -1).reshape(-1, 3):
+        shift = k * length
+        qlo, qhi = lo - shift, hi - shift
+        if k.any() and not (n and ((k < 0) & (lo < dlo) | (k > 0) & (hi > dhi))[k != 0].all()):
+            qlo, qhi = np.full(3, np.inf), np.full(3, -np.inf)      # no image can reach
+        p, q = packing.obstacles(sim, qlo, qhi)
+        found_pos.append(p + shift)
+        found_r.append(q)
+    pos, r = np.concatenate(found_pos), np.concatenate(found_r)
     clear = np.ones(n, dtype=np.bool_)
     if n == 0 or r.size == 0:
         return clear
