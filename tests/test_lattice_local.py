@@ -189,33 +189,16 @@ def test_rank_local_add_keeps_each_body_once(comm):
     assert error is not None and "uids must lie in" in error
 
 
-SEAM = """
-[simulation]
-dt = 1e-5
-steps = 10
-seed = 3
-
-[domain]
-lo = [0.0, 0.0, 0.0]
-hi = [1.0, 1.0, 1.0]
-periodic = [true, false, false]
-
-[[materials]]
-name = "m"
-density = 1000.0
-restitution = 0.5
-collision_time = 1e-3
-
-[[bodies]]
-kind = "file"
-path = "{path}"
-
-[[bodies]]
-kind = "lattice"
-radius = 0.02
-spacing = 0.1
-region = [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
-"""
+def _seam(path) -> dict:
+    """CONFIG's simulation and material in a unit box periodic along x only: a sphere read
+    from ``path``, then a lattice of spheres filling the box."""
+    data = tomllib.loads(CONFIG)
+    data["domain"] = {"lo": [0.0, 0.0, 0.0], "hi": [1.0, 1.0, 1.0],
+                      "periodic": [True, False, False]}
+    data["bodies"] = [{"kind": "file", "path": str(path)},
+                      {"kind": "lattice", "radius": 0.02, "spacing": 0.1,
+                       "region": [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]}]
+    return data
 
 
 def test_a_lattice_point_overlapping_a_body_across_the_periodic_seam_is_left_out(tmp_path):
@@ -226,7 +209,7 @@ def test_a_lattice_point_overlapping_a_body_across_the_periodic_seam_is_left_out
     neighbours there are 0.122 away and kept."""
     np.savez(tmp_path / "rock.npz", position=np.array([[0.98, 0.55, 0.55]]),
              radius=np.array([0.1]))
-    cfg = build(tomllib.loads(SEAM.format(path=tmp_path / "rock.npz")), comm=None)
+    cfg = build(_seam(tmp_path / "rock.npz"), comm=None)
     s = cfg.sim.state()
     lattice = s["uid"] != 0
     x = s["position"][lattice]
