@@ -18,8 +18,9 @@ Two extra wrap variants (no memory either) show where wrap's time goes: ``wrap``
 offsets as a runtime array, so every neighbour loads three offsets; ``wrap-const`` reads them
 from a module-level array, which numba freezes into constants (the loop unrolls), and
 ``wrap-rows`` also wraps y and z once per neighbour row (4 rows of 3 cells plus the +x cell).
-``wrap-rows`` is what parsim's ``find_pairs`` does now (the rows' offsets in the module-level
-``ROW_DY`` / ``ROW_DZ`` of :mod:`parsim.broadphase.hashgrid_kernels`).
+``wrap-rows`` is what parsim's detection step did from 2026-11-23 to 2026-11-27; since then
+it reaches neighbours through rows of cells sorted by x (:mod:`parsim.broadphase.hashgrid_detect`),
+and these lookups remain those of the queries and cell edits.
 
 Data: a real ``HierarchicalHashGrid`` holding N unit boxes uniform in a cube sized for about
 two overlapping pairs per body (one grid). The timed loop is, for every occupied cell in
@@ -57,7 +58,7 @@ from parsim.broadphase import HierarchicalHashGrid  # noqa: E402
 from parsim.broadphase import hashgrid_kernels as K  # noqa: E402
 
 # the 27 neighbour offsets in (dz, dy, dx) lexicographic order: index 13 is the cell itself,
-# 14..26 are the 13 "half" neighbours (those find_pairs visits)
+# 14..26 are the 13 "half" neighbours (those a cell-by-cell detection visits)
 OFF27 = np.array([(dx, dy, dz) for dz in (-1, 0, 1) for dy in (-1, 0, 1) for dx in (-1, 0, 1)],
                  dtype=np.int64)
 HALF = np.ascontiguousarray(OFF27[14:])

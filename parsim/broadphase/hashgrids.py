@@ -20,8 +20,8 @@ import math
 import numpy as np
 
 from . import hashgrid_kernels as K
+from .hashgrid_detect import find_pairs_rows, table_sizes
 from .base import BroadPhase, BroadPhaseError, collect_pairs
-from .idmap import id_extremes
 from .brute_force import all_pairs, scan_box, scan_ray
 
 
@@ -50,6 +50,10 @@ class HierarchicalHashGrid(BroadPhase):
     # a grid grows to at most 2**_max_cell_bits cells (4 GiB of int32 cell table at 30); more
     # bodies in one grid than that allows raise BroadPhaseError (tests lower the limit)
     _max_cell_bits = 30
+    # the x tables of the coarse grids' long rows (detection) hold up to this many entries per
+    # body, plus the constant; rows beyond them are binary-searched (tests set 0 to force that)
+    _coarse_table_per_body = 2
+    _coarse_table_extra = 4096
 
     def __init__(self, hierarchy_factor: float = 2.0, initial_cells: int = 16,
                  min_grid_density: float = 8, activation_threshold: int = 32,
@@ -90,7 +94,7 @@ class HierarchicalHashGrid(BroadPhase):
         self._stamp = np.zeros(1, dtype=np.int64)
         self._last_pairs = 0  # sizes the next pair buffer
         self._scratch = self._new_scratch(0)  # detection's compact arrays, reused between calls
-        self._max_id = -1  # largest id ever added (ids below 2**53 are exact in float64)
+        self._tables = self._new_tables(1, 1, 0)  # detection's row and x tables (grow with grids)
         # _prepare_grids' shortcut: the grids [0, _ng_ready) have cells, and each holds up to
         # _fits bodies without growing (the smallest cells / min_grid_density over them)
         self._ng_ready = 0
@@ -114,19 +118,26 @@ class HierarchicalHashGrid(BroadPhase):
 
     def _nbytes(self) -> int:
         arrays = [self._cells, self._b_grid, self._b_cell, self._b_entry, self._stamp,
-                  *self._G, *self._C, *self._P, *self._scratch]
+                  *self._G, *self._C, *self._P, *self._scratch, *self._tables]
         return sum(a.nbytes for a in arrays)
 
     # ---- capacity -----------------------------------------------------------------------------
     @staticmethod
     def _new_scratch(n: int) -> tuple:
-        """``find_pairs``' scratch for ``n`` bodies: visit, vstart, vcell, fill and ``box``,
-        whose rows of 8 float64 (lo, hi, id or slot) start on 64-byte boundaries (one cache line)."""
-        raw = np.empty(8 * n + 8)
-        skip = (-raw.ctypes.data % 64) // 8
-        box = raw[skip: skip + 8 * n].reshape(n, 8)
-        return (np.empty(n + 1, np.int64), np.empty(n + 1, np.int64), np.empty(n, np.int64),
-                np.empty(n, np.int64), box)
+        """``find_pairs_rows``' scratch for ``n`` bodies: two key arrays of the sorts, the compact
+        AABBs (six coordinate arrays, padded with eight boxes for the vector tests), the ids and
+        the cells' x index in compact order (84 bytes per body with the x tables below)."""
+        return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((6, n + 8)),
+                np.empty(n, np.int64), np.empty(n, np.int32))
+
+    def _new_tables(self, n_rows: int, n_xtab: int, n: int) -> tuple:
+        """The detection's tables: first body of every row of cells, two planes of x tables,
+        the coarse rows' x table offsets and their x tables (``_coarse_table_*``)."""
+        return (np.empty(n_rows, np.int64), np.empty(n_xtab, np.int32),
+                np.empty(n_rows, np.int64), np.empty(self._coarse_entries(n), np.int32))
+
+    def _coarse_entries(self, n: int) -> int:
+        return self._coarse_table_per_body * n + self._coarse_table_extra
 
     @staticmethod
     def _pool_blocks(cap: int) -> int:
@@ -305,7 +316,6 @@ class HierarchicalHashGrid(BroadPhase):
 
     # ---- BroadPhase hooks -------------------------------------------------------------------------
     def _add(self, ids, lo, hi):
-        self._max_id = max(self._max_id, int(id_extremes(ids)[1]))
         b = self.bodies
         n_total = b.n + ids.shape[0]
         self._reserve(n_total)
@@ -365,12 +375,17 @@ class HierarchicalHashGrid(BroadPhase):
         b = self.bodies
         if not self._active:
             return all_pairs(b.ids, b.lo, b.hi, b.n)
-        if self._scratch[2].shape[0] < b.n:  # grows with the body store (never per call)
+        if self._scratch[0].shape[0] < b.n:  # grows with the body store (never per call)
             self._scratch = self._new_scratch(b.capacity)
+        n_rows, n_xtab = table_sizes(self._G)
+        t = self._tables
+        if (t[0].shape[0] < n_rows or t[1].shape[0] < n_xtab
+                or t[3].shape[0] < self._coarse_entries(b.n)):
+            self._tables = self._new_tables(max(n_rows, t[0].shape[0]), max(n_xtab, t[1].shape[0]),
+                                            b.capacity)
         pairs, self._last_pairs = collect_pairs(
-            K.find_pairs, (b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
-                           self._cells, self._C, *self._scratch, self._max_id < 2**53),
-            self._last_pairs)
+            find_pairs_rows, (b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
+                              *self._scratch, *self._tables), self._last_pairs)
         return pairs
 
     def _query_box(self, lo, hi):

@@ -531,8 +531,7 @@ def test_far_body_never_silently_mis_hashed_across_activation():
 
 
 def test_ids_beyond_float64_exactness_and_sparse_and_dense_coarse_grids():
-    # find_pairs carries ids in float64 rows when all ids are < 2**53 and slots otherwise; ids
-    # just above 2**53 and near 2**63 take the second path and must come back exact. Coarse
+    # ids just above 2**53 and near 2**63 (not exact in float64) must come back exact. Coarse
     # grids with few bodies are scanned against all finer bodies, with many bodies probed cell
     # by cell: both happen here (a 2nd size class of 8 bodies, a 3rd one of 400).
     rng = np.random.default_rng(31)

@@ -1,0 +1,417 @@
+"""The detection step of the hierarchical hash grid (Algorithm 4), by rows of cells.
+
+Every body already knows its grid and cell (``hashgrid_kernels``). Detection needs, for each
+body, the bodies of its own cell, of 13 of its 26 neighbour cells, and of the neighbourhood of its
+AABB in every coarser grid. The bodies are first sorted by cell with two counting sorts -- by the
+cell's x index, then by its *row* (grid, z, y) -- and their AABBs copied in that order into six
+compact coordinate arrays. A row of cells is then one contiguous, x-sorted run of bodies, found in
+a small table indexed by row (``rows``: one entry per row of every grid, about ``cells ** (2/3)``
+per grid, a few per cent of the bodies).
+
+The 13 half neighbours of a cell are the next cell in its own row and three x cells in each of
+four rows (dy, dz) = (1, 0), (-1, 1), (0, 1), (1, 1). In a row of more than ``SHORT`` bodies the
+three cells are a window found in an x table of the row (first body at or after each x), built
+once per row for the two planes of rows in use; a shorter row is tested whole (its bodies in other
+cells cannot overlap: a body is smaller than its grid's cells). The windows are tested eight
+candidates at a time (``simd.overlap_mask8``). The hashed grids wrap (cell x = 0 is the +x
+neighbour of x = 2**bx - 1); the wrap is handled at the two ends of a row.
+
+Same cell pairs as the thesis' cell-by-cell walk: each pair of neighbouring cells meets once, and
+each overlapping pair is reported once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+from .hashgrid_kernels import ID_BITS, SCAN_COARSE_MAX, _coord
+from .prefetch import prefetch
+from .simd import LANES, overlap_mask8
+
+#: the four rows of three x cells among the 13 half neighbours of a cell, as (dy, dz)
+ROW_DY = np.array([1, -1, 0, 1], dtype=np.int64)
+ROW_DZ = np.array([0, 1, 1, 1], dtype=np.int64)
+
+#: rows of cells holding at most this many bodies are tested whole (one masked vector test);
+#: longer rows through x windows
+SHORT = LANES
+
+#: the most windows of one body: own row 2, forward rows 4 x 2, coarser grids 63 x 9 rows x 2
+WINDOWS_MAX = 10 + 64 * 18
+
+#: ``toff`` of a row without an x table
+NO_TABLE = -(1 << 62)
+
+#: gather distance (bodies) of the AABB copy: the slot ``PF_GATHER`` places ahead is prefetched
+PF_GATHER = 12
+
+
+def table_sizes(G) -> tuple[int, int]:
+    """Entries of the row table (one per (grid, z, y), plus one) and of the x tables (two planes
+    of rows of ``2**bx + 1`` entries, for the grid needing most) for the grids of ``G``."""
+    ng = int(G.n[0])
+    if ng == 0:
+        return 1, 1
+    bits = G.bits[:ng].astype(np.int64)
+    rows = int((np.int64(1) << bits[:, 1:].sum(axis=1)).sum()) + 1
+    xtab = int((2 * (np.int64(1) << bits[:, 1]) * ((np.int64(1) << bits[:, 0]) + 1)).max())
+    return rows, xtab
+
+
+@njit(cache=True)
+def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, cid, xs, rows,
+                    ptab, toff, ctab, out):
+    """Every overlapping pair once (Algorithm 4), through bodies sorted into rows of cells.
+
+    Scratch, caller-owned and reused between calls: ``words``, ``tmp``, ``cid`` (int64) and
+    ``xs`` (int32) of at least ``n_slots`` entries; ``box`` float64[6, >= n_slots + LANES] (the
+    compact lo x, y, z, hi x, y, z); ``rows`` int64 and ``ptab`` int32 of the sizes
+    ``table_sizes(G)``. After the sorts, row ``r`` of the grids (grid rank, then z, then y) holds
+    compact entries ``rows[r] : rows[r + 1]``, sorted by the cells' x index ``xs``, with ids
+    ``cid``. Writes id pairs (a < b) into ``out`` and returns their number; a number above
+    ``out.shape[0] - 2`` means the buffer overflowed (contents invalid): retry with that size.
+    """
+    ng = G.n[0]
+    # per grid (indexed by grid id): first row; the widest x index
+    row0 = np.zeros(max(ng, 1) + 1, dtype=np.int64)
+    xbits = np.int64(0)
+    acc = np.int64(0)
+    for r in range(ng):
+        g = G.order[r]
+        row0[g] = acc
+        acc += np.int64(1) << (G.bits[g, 1] + G.bits[g, 2])
+        xbits = max(xbits, G.bits[g, 0])
+    n_rows = acc
+    slot_mask = (np.int64(1) << ID_BITS) - 1
+    xmask_all = (np.int64(1) << xbits) - 1
+    shift_row = ID_BITS + xbits
+
+    # 1. keys (row, x, slot) in slot order, with the histograms of x and of rows
+    cnt_x = np.zeros((np.int64(1) << xbits) + 1, dtype=np.int64)
+    rows[: n_rows + 1] = 0
+    m = 0
+    for s in range(n_slots):
+        g = b_grid[s]
+        if g < 0:
+            continue
+        c = np.int64(b_cell[s])
+        bx = G.bits[g, 0]
+        x = c & ((np.int64(1) << bx) - 1)
+        row = row0[g] + (c >> bx)
+        tmp[m] = (((row << xbits) | x) << ID_BITS) | s
+        cnt_x[x + 1] += 1
+        rows[row + 1] += 1
+        m += 1
+    # 2. counting sort by x (stable), then by row (stable): rows of cells, each sorted by x
+    for x in range(xmask_all + 1):
+        cnt_x[x + 1] += cnt_x[x]
+    for i in range(m):
+        w = tmp[i]
+        x = (w >> ID_BITS) & xmask_all
+        words[cnt_x[x]] = w
+        cnt_x[x] += 1
+    for r in range(n_rows):
+        rows[r + 1] += rows[r]
+    # scatter by row; rows[r] advances to the end of row r, so it is shifted back afterwards
+    for i in range(m):
+        w = words[i]
+        r = w >> shift_row
+        tmp[rows[r]] = w
+        rows[r] += 1
+    for r in range(n_rows, 0, -1):
+        rows[r] = rows[r - 1]
+    rows[0] = 0
+    # 3. the AABBs and ids in that order (sequential writes; the reads by slot prefetched)
+    LX = box[0]
+    LY = box[1]
+    LZ = box[2]
+    HX = box[3]
+    HY = box[4]
+    HZ = box[5]
+    lo_flat = lo.reshape(lo.shape[0] * 3)
+    hi_flat = hi.reshape(hi.shape[0] * 3)
+    for j in range(m):
+        if j + PF_GATHER < m:
+            sp = tmp[j + PF_GATHER] & slot_mask
+            prefetch(lo_flat, 3 * sp)
+            prefetch(hi_flat, 3 * sp)
+        w = tmp[j]
+        s = w & slot_mask
+        LX[j] = lo[s, 0]
+        LY[j] = lo[s, 1]
+        LZ[j] = lo[s, 2]
+        HX[j] = hi[s, 0]
+        HY[j] = hi[s, 1]
+        HZ[j] = hi[s, 2]
+        cid[j] = ids[s]
+        xs[j] = (w >> ID_BITS) & xmask_all
+    # eight boxes that overlap nothing after the last: vector tests read up to 7 past a run
+    for j in range(m, m + LANES):
+        LX[j] = np.inf
+        LY[j] = np.inf
+        LZ[j] = np.inf
+        HX[j] = -np.inf
+        HY[j] = -np.inf
+        HZ[j] = -np.inf
+
+    # x tables of the long rows of the grids that finer bodies probe (span-limited: entry
+    # t - first x of the row is the first body at or after x = t), as far as ``ctab`` holds them;
+    # a long row without one (toff = NO_TABLE) is searched
+    toff[:n_rows] = NO_TABLE
+    used = 0
+    cap = ctab.shape[0]
+    for r in range(1, ng):
+        h = G.order[r]
+        if G.count[h] <= SCAN_COARSE_MAX:
+            continue
+        finer = 0
+        for r0 in range(r):
+            finer += G.count[G.order[r0]]
+        if finer == 0:
+            continue
+        hr0 = row0[h]
+        for hr in range(hr0, hr0 + (np.int64(1) << (G.bits[h, 1] + G.bits[h, 2]))):
+            s0 = rows[hr]
+            s1 = rows[hr + 1]
+            if s1 - s0 <= SHORT:
+                continue
+            x0 = np.int64(xs[s0])
+            span = np.int64(xs[s1 - 1]) - x0 + 2
+            if used + span > cap:
+                continue
+            toff[hr] = used - x0  # the table of x = t is ctab[toff + t]
+            for t in range(span):
+                ctab[used + t] = s1
+            for j in range(s1 - 1, s0 - 1, -1):
+                ctab[used + xs[j] - x0] = j
+            for t in range(span - 2, -1, -1):
+                ctab[used + t] = min(ctab[used + t], ctab[used + t + 1])
+            used += span
+
+    n_out = out.shape[0]
+    st = np.zeros(2, dtype=np.int64)  # [count in buffer, count of earlier overflowed buffers]
+    wlo = np.empty(WINDOWS_MAX, dtype=np.int64)
+    whi = np.empty(WINDOWS_MAX, dtype=np.int64)
+
+    def run_windows(a, k):
+        """Test body ``a`` against the compact entries ``wlo[w] : whi[w]``, w < k, eight at a
+        time; write the overlapping pairs as ids (a < b)."""
+        n = st[0]
+        over = st[1]
+        l0 = LX[a]
+        l1 = LY[a]
+        l2 = LZ[a]
+        h0 = HX[a]
+        h1 = HY[a]
+        h2 = HZ[a]
+        ia = cid[a]
+        for w in range(k):
+            b = wlo[w]
+            e = whi[w]
+            while True:
+                msk = overlap_mask8(LX, LY, LZ, HX, HY, HZ, b, l0, l1, l2, h0, h1, h2)
+                left = e - b
+                if left < LANES:
+                    msk &= (np.int64(1) << max(left, 0)) - 1
+                while msk != 0:
+                    ib = cid[b + trailing_zeros(msk)]
+                    out[n, 0] = min(ia, ib)
+                    out[n, 1] = max(ia, ib)
+                    n += 1
+                    if n == n_out - 1:  # overflow: keep counting, the caller retries
+                        over += n
+                        n = 0
+                    msk &= msk - 1
+                b += LANES
+                if b >= e:
+                    break
+        st[0] = n
+        st[1] = over
+
+    def lower(q0, q1, x):
+        """First index in [q0, q1] whose x is >= x (the run, not empty, is sorted by x); a
+        branch-free binary search (its trip count depends on the run's length only)."""
+        base = q0
+        n = q1 - q0
+        while n > 1:
+            half = n >> 1
+            base = base + half if xs[base + half] < x else base
+            n -= half
+        return base + (xs[base] < x)
+
+    # the own row (0) and the four forward rows: start, end, x table offset (-1: a short row,
+    # tested whole), first x and last x + 1
+    qs = np.empty(5, dtype=np.int64)
+    qe = np.empty(5, dtype=np.int64)
+    qt = np.empty(5, dtype=np.int64)
+    qx0 = np.empty(5, dtype=np.int64)
+    qx1 = np.empty(5, dtype=np.int64)
+    for r in range(ng):
+        g = G.order[r]
+        if G.count[g] == 0:
+            continue
+        bx = G.bits[g, 0]
+        by = G.bits[g, 1]
+        nx = np.int64(1) << bx
+        ny = np.int64(1) << by
+        nz = np.int64(1) << G.bits[g, 2]
+        mx = nx - 1
+        my = ny - 1
+        mz = nz - 1
+        tw = nx + 1
+        rb = row0[g]
+        coarse_probe = False
+        for r2 in range(r + 1, ng):
+            coarse_probe |= G.count[G.order[r2]] > SCAN_COARSE_MAX
+        for zi in range(nz + 1):
+            # the x tables of the long rows of plane zi, two planes kept (by parity); plane 0
+            # again at zi = nz, for the last plane's forward rows
+            z = zi & mz
+            for y in range(ny):
+                row = rb + ((z << by) | y)
+                s0 = rows[row]
+                s1 = rows[row + 1]
+                if s1 - s0 <= SHORT:
+                    continue
+                t0 = ((z & 1) * ny + y) * tw
+                x0 = np.int64(xs[s0])
+                x1 = np.int64(xs[s1 - 1])
+                for t in range(x0, x1 + 2):
+                    ptab[t0 + t] = s1
+                for j in range(s1 - 1, s0 - 1, -1):
+                    ptab[t0 + xs[j]] = j
+                for t in range(x1, x0 - 1, -1):
+                    ptab[t0 + t] = min(ptab[t0 + t], ptab[t0 + t + 1])
+            if zi == 0:
+                continue
+            z = zi - 1  # sweep plane z: its tables and those of the next plane exist
+            for y in range(ny):
+                row = rb + ((z << by) | y)
+                s0 = rows[row]
+                s1 = rows[row + 1]
+                if s0 == s1:
+                    continue
+                for q in range(5):
+                    if q == 0:
+                        yq = y
+                        zq = z
+                    else:
+                        yq = (y + ROW_DY[q - 1]) & my
+                        zq = (z + ROW_DZ[q - 1]) & mz
+                    qr = rb + ((zq << by) | yq)
+                    a = rows[qr]
+                    e = rows[qr + 1]
+                    qs[q] = a
+                    qe[q] = e
+                    if e - a > SHORT:
+                        qt[q] = ((zq & 1) * ny + yq) * tw
+                        qx0[q] = xs[a]
+                        qx1[q] = xs[e - 1] + 1
+                    else:
+                        qt[q] = -1
+                for a in range(s0, s1):
+                    x = np.int64(xs[a])
+                    # own row: the rest of the cell and the +x cell (they follow a), and
+                    # across the wrap the x = 0 cell after x = mx; a short row: all after a
+                    # (a window is written always and kept if not empty: k += end > start,
+                    # no branch; about half of the windows are empty)
+                    wlo[0] = a + 1
+                    if qt[0] < 0:
+                        whi[0] = s1
+                        k = np.int64(s1 > a + 1)
+                    else:
+                        t0 = qt[0]
+                        whi[0] = ptab[t0 + min(max(x + 2, qx0[0]), qx1[0])]
+                        k = np.int64(whi[0] > a + 1)
+                        if x == mx:
+                            wlo[k] = s0
+                            whi[k] = ptab[t0 + min(max(np.int64(1), qx0[0]), qx1[0])]
+                            k += 1
+                    # the four forward rows: three x cells each (a short row: all of it)
+                    for q in range(1, 5):
+                        t0 = qt[q]
+                        if t0 < 0:
+                            wlo[k] = qs[q]
+                            whi[k] = qe[q]
+                            k += qe[q] > qs[q]
+                            continue
+                        lo_x = qx0[q]
+                        hi_x = qx1[q]
+                        p = ptab[t0 + min(max(x - 1, lo_x), hi_x)]
+                        u = ptab[t0 + min(max(x + 2, lo_x), hi_x)]
+                        wlo[k] = p
+                        whi[k] = u
+                        k += u > p
+                        if x == 0:  # x - 1 wraps to mx
+                            wlo[k] = ptab[t0 + min(max(mx, lo_x), hi_x)]
+                            whi[k] = qe[q]
+                            k += 1
+                        elif x == mx:  # x + 1 wraps to 0
+                            wlo[k] = qs[q]
+                            whi[k] = ptab[t0 + min(max(np.int64(1), lo_x), hi_x)]
+                            k += 1
+                    # every coarser grid with many bodies: the rows of the cells that can hold
+                    # a partner (centres within half a cell of the AABB: at most 3 x 3 x 3)
+                    if coarse_probe:
+                        for r2 in range(r + 1, ng):
+                            h = G.order[r2]
+                            if G.count[h] <= SCAN_COARSE_MAX:
+                                continue
+                            inv = G.inv[h]
+                            half_cell = 0.5 * G.cell[h]
+                            hrb = row0[h]
+                            hby = G.bits[h, 1]
+                            hmx = (np.int64(1) << G.bits[h, 0]) - 1
+                            hmy = (np.int64(1) << hby) - 1
+                            hmz = (np.int64(1) << G.bits[h, 2]) - 1
+                            cx0 = _coord(LX[a] - half_cell, inv) & hmx
+                            cx1 = _coord(HX[a] + half_cell, inv) & hmx
+                            cy0 = _coord(LY[a] - half_cell, inv)
+                            cy1 = _coord(HY[a] + half_cell, inv)
+                            cz0 = _coord(LZ[a] - half_cell, inv)
+                            cz1 = _coord(HZ[a] + half_cell, inv)
+                            for cz in range(cz0, cz1 + 1):
+                                for cy in range(cy0, cy1 + 1):
+                                    hr = hrb + (((cz & hmz) << hby) | (cy & hmy))
+                                    q0 = rows[hr]
+                                    q1 = rows[hr + 1]
+                                    if q1 - q0 <= SHORT:
+                                        wlo[k] = q0
+                                        whi[k] = q1
+                                        k += 1
+                                        continue
+                                    to = toff[hr]
+                                    if to != NO_TABLE:
+                                        fx = np.int64(xs[q0])
+                                        lx = np.int64(xs[q1 - 1]) + 1
+                                        if cx0 <= cx1:
+                                            wlo[k] = ctab[to + min(max(cx0, fx), lx)]
+                                            whi[k] = ctab[to + min(max(cx1 + 1, fx), lx)]
+                                            k += 1
+                                        else:
+                                            wlo[k] = ctab[to + min(max(cx0, fx), lx)]
+                                            whi[k] = q1
+                                            wlo[k + 1] = q0
+                                            whi[k + 1] = ctab[to + min(max(cx1 + 1, fx), lx)]
+                                            k += 2
+                                    elif cx0 <= cx1:
+                                        wlo[k] = lower(q0, q1, cx0)
+                                        whi[k] = lower(q0, q1, cx1 + 1)
+                                        k += 1
+                                    else:  # the x range wraps: [cx0, mx] and [0, cx1]
+                                        wlo[k] = lower(q0, q1, cx0)
+                                        whi[k] = q1
+                                        wlo[k + 1] = q0
+                                        whi[k + 1] = lower(q0, q1, cx1 + 1)
+                                        k += 2
+                    run_windows(a, k)
+        # a sparse coarser grid: its bodies against every finer body, which precede them
+        if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
+            fine_end = rows[rb]
+            for a in range(fine_end, rows[rb + ny * nz]):
+                wlo[0] = 0
+                whi[0] = fine_end
+                run_windows(a, 1)
+    return st[1] + st[0]

@@ -1,0 +1,63 @@
+"""An 8-wide AABB overlap test usable in numba kernels: ``overlap_mask8(...)``.
+
+The detection step tests one box against short runs of candidate boxes (a few bodies of three
+neighbouring cells). Scalar, each candidate costs a loop trip whose exit the branch predictor
+misses about half the time, and ~30 instructions. Here eight candidates, stored as six
+coordinate arrays (structure of arrays), are compared at once with LLVM vector instructions
+(``<8 x double>``: one AVX-512 register, two AVX registers, four SSE registers; LLVM splits the
+vector for the CPU it compiles for), and the result is a bit mask. Measured on the reference
+scenario's windows (1e5 bodies x 5 windows, ~0.75 candidates each): 2.2 ms against ~4 ms for the
+scalar loop (2026-11-27, AMD EPYC, AVX-512).
+
+The caller guarantees that ``index + 7`` is inside every array (pad them with eight boxes that
+overlap nothing: lo = +inf, hi = -inf) and masks the lanes past its run's end.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+LANES = 8
+
+
+@intrinsic
+def overlap_mask8(typingctx, lx, ly, lz, hx, hy, hz, index, l0, l1, l2, h0, h1, h2):
+    """Bit k set iff box ``index + k`` (``[lx, hx] x [ly, hy] x [lz, hz]``) overlaps the closed
+    box ``[l0, h0] x [l1, h1] x [l2, h2]``; k = 0..7. NaN coordinates never overlap."""
+    arrays = (lx, ly, lz, hx, hy, hz)
+    for a in arrays:  # contiguous: the eight lanes are eight neighbouring elements
+        if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float64
+                and a.layout == "C"):
+            return None
+    if not isinstance(index, types.Integer):
+        return None
+    sig = types.int64(*arrays, types.intp, *([types.float64] * 6))
+
+    def codegen(context, builder, signature, args):
+        vt = ir.VectorType(ir.DoubleType(), LANES)
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+        vecs = []
+        for k in range(6):
+            aryty = signature.args[k]
+            ary = context.make_array(aryty)(context, builder, args[k])
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[6]],
+                                           wraparound=False)
+            vecs.append(builder.load(builder.bitcast(ptr, vt.as_pointer()), align=8))
+
+        def splat(x):
+            v = builder.insert_element(ir.Constant(vt, ir.Undefined), x,
+                                       ir.Constant(ir.IntType(32), 0))
+            return builder.shuffle_vector(v, ir.Constant(vt, ir.Undefined), zeros)
+
+        mask = None
+        for k in range(3):
+            lo_b, hi_b = vecs[k], vecs[3 + k]
+            c = builder.and_(builder.fcmp_ordered("<=", splat(args[7 + k]), hi_b),
+                             builder.fcmp_ordered("<=", lo_b, splat(args[10 + k])))
+            mask = c if mask is None else builder.and_(mask, c)
+        return builder.zext(builder.bitcast(mask, ir.IntType(LANES)), ir.IntType(64))
+
+    return sig, codegen

@@ -1,0 +1,149 @@
+"""The HHG detection step by rows of cells (``parsim.broadphase.hashgrid_detect``), path by path.
+
+The detection sorts the bodies into rows of cells; a row of more than ``SHORT`` bodies is searched
+through x tables (two planes at a time for the grid being swept, span-limited tables for the
+coarser grids that finer bodies probe, a binary search where those tables do not fit), a shorter
+row is tested whole, and the hashed grids wrap at both ends of every axis. The random-sequence
+tests elsewhere rarely fill a row beyond ``SHORT`` bodies; here every path is driven on purpose
+(and the test checks that it was), against the brute-force oracle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import broadphase_oracle as orc
+from broadphase_configs import HHG_DEFAULTS
+
+
+def hhg(**kw):
+    from parsim.broadphase import HierarchicalHashGrid
+
+    return HierarchicalHashGrid(**{**HHG_DEFAULTS, **kw})
+
+
+def row_lengths(bp) -> dict[int, np.ndarray]:
+    """Bodies per row of cells (z, y) of every grid (by rank, finest first), from the grid's
+    own cell assignment."""
+    G = bp._G
+    n = bp.bodies.n
+    out = {}
+    for r in range(int(G.n[0])):
+        g = int(G.order[r])
+        mine = bp._b_grid[:n] == g
+        rows = bp._b_cell[:n][mine].astype(np.int64) >> int(G.bits[g, 0])
+        out[r] = np.bincount(rows, minlength=1 << int(G.bits[g, 1] + G.bits[g, 2]))
+    return out
+
+
+def x_cells(bp, rank: int) -> np.ndarray:
+    G = bp._G
+    g = int(G.order[rank])
+    n = bp.bodies.n
+    mine = bp._b_grid[:n] == g
+    return bp._b_cell[:n][mine].astype(np.int64) & ((1 << int(G.bits[g, 0])) - 1)
+
+
+def check(bp, ids, lo, hi, label):
+    orc.assert_pairs_equal(bp.pairs(), orc.pairs(ids, lo, hi), label=label)
+
+
+@pytest.mark.parametrize("centre", [0.0, -3.0, 1.0e6])
+def test_long_rows_across_the_wrap_of_every_axis(centre):
+    # 3,000 cubes of edge 1 in a 12^3 box around `centre`: 32^3 cells of 1.41, the box spans 9
+    # of them per axis, so rows hold ~40 bodies (x tables) and, around 0 (and wherever the
+    # hash wraps), the x = 2**bx - 1 and x = 0 cells are neighbours in x, y and z
+    from parsim.broadphase.hashgrid_detect import SHORT
+
+    rng = np.random.default_rng(5)
+    n = 3000
+    c = centre + rng.uniform(-6, 6, (n, 3))
+    lo, hi = c - 0.5, c + 0.5
+    ids = rng.permutation(n).astype(np.int64)
+    bp = hhg()
+    bp.add(ids, lo, hi)
+    lengths = row_lengths(bp)[0]
+    assert lengths.max() > 4 * SHORT
+    xs = x_cells(bp, 0)
+    mx = (1 << int(bp._G.bits[int(bp._G.order[0]), 0])) - 1
+    if centre == 0.0:
+        assert (xs == 0).any() and (xs == mx).any()
+    check(bp, ids, lo, hi, f"centre {centre}")
+    for step in range(3):  # drift: rows change, cells cross the wrap
+        c = c + rng.normal(0, 0.3, c.shape)
+        lo, hi = c - 0.5, c + 0.5
+        bp.update(ids, lo, hi)
+        check(bp, ids, lo, hi, f"centre {centre}, step {step}")
+
+
+def test_a_grid_that_never_grows_wraps_everything():
+    # 4^3 cells (the smallest grid) that never grow: 2,000 bodies of a 40^3 box hash 7 times
+    # around every axis into 16 rows of ~125 bodies; each cell's neighbours across the wrap are
+    # its neighbours in space too, and distinct (4 cells per axis)
+    rng = np.random.default_rng(6)
+    n = 2000
+    c = rng.uniform(-20, 20, (n, 3))
+    half = rng.uniform(0.4, 0.45, (n, 1))  # one grid
+    lo, hi = c - half, c + half
+    ids = np.arange(n, dtype=np.int64)
+    bp = hhg(initial_cells=4, min_grid_density=1e-6)
+    bp.add(ids, lo, hi)
+    assert bp.grid_info()["dims"].tolist() == [[4, 4, 4]]
+    assert row_lengths(bp)[0].min() > 60
+    check(bp, ids, lo, hi, "4^3 cells")
+    sel = rng.choice(n, n // 3, replace=False)
+    lo[sel] += 7.3
+    hi[sel] += 7.3
+    bp.update(ids[sel], lo[sel], hi[sel])
+    check(bp, ids, lo, hi, "4^3 cells, a third moved")
+
+
+@pytest.mark.parametrize("tables", ["x tables", "binary search"])
+def test_coarse_grids_with_long_rows(tables):
+    # three size classes with hundreds of bodies each in a small box around the origin: the
+    # finer bodies probe the coarser grids' long rows through their x tables, or, with no room
+    # for tables, by binary search; the probes' x range wraps for bodies near 0
+    from parsim.broadphase.hashgrid_detect import SHORT
+
+    rng = np.random.default_rng(7)
+    counts, sizes = (2500, 1200, 500), (0.5, 1.0, 2.0)
+    c = rng.uniform(-8, 8, (sum(counts), 3))
+    size = np.repeat(sizes, counts) * rng.uniform(0.75, 0.99, sum(counts))
+    lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
+    ids = rng.permutation(sum(counts)).astype(np.int64) * 3 + 11
+    bp = hhg()
+    if tables == "binary search":
+        bp._coarse_table_per_body = 0
+        bp._coarse_table_extra = 0
+    bp.add(ids, lo, hi)
+    lengths = row_lengths(bp)
+    assert len(lengths) == 3
+    assert lengths[1].max() > SHORT and lengths[2].max() > SHORT  # probed long rows
+    check(bp, ids, lo, hi, tables)
+    for step in range(2):
+        c = c + rng.normal(0, 0.2, c.shape)
+        lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
+        bp.update(ids, lo, hi)
+        check(bp, ids, lo, hi, f"{tables}, step {step}")
+
+
+@pytest.mark.parametrize("big", [20.0, 150.0])
+def test_sparse_coarse_grid_and_short_rows(big):
+    # a sparse gas (rows of 0-3 bodies, tested whole) with 10 big bodies in a grid of their
+    # own (at most SCAN_COARSE_MAX bodies: scanned against every finer body) and 300 mid-size
+    # ones (probed); at 150 the big bodies overlap most of the others, the first and the last
+    # of every run included
+    from parsim.broadphase.hashgrid_kernels import SCAN_COARSE_MAX
+
+    rng = np.random.default_rng(8)
+    counts, sizes = (4000, 300, 10), (1.0, 3.0, big)
+    assert counts[2] <= SCAN_COARSE_MAX < counts[1]
+    c = rng.uniform(-60, 60, (sum(counts), 3))
+    size = np.repeat(sizes, counts)
+    lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
+    ids = np.arange(sum(counts), dtype=np.int64)
+    bp = hhg()
+    bp.add(ids, lo, hi)
+    assert bp.grid_info()["n_bodies"].tolist() == list(counts)
+    check(bp, ids, lo, hi, "sparse")
