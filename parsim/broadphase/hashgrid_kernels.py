@@ -437,14 +437,15 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
     """Pass 1 of the incremental update (no mutation except grow-only centre bounds).
 
     For each body: if its grid is still suitable, ``out_cell[i]`` = its new cell; else -1 (it must
-    change grid). Returns ``(status, i)``: NOT_HASHABLE at the first body whose centre is too far
-    from the origin for its grid.
+    change grid). Returns ``(status, i, changers)``: NOT_HASHABLE at the first body whose centre
+    is too far from the origin for its grid; the number of bodies marked -1.
     """
     finest = G.order[0]
     ng = G.n[0]
     lower = np.empty(ng)  # per grid the lower suitability bound: one division per grid
     for g in range(ng):
         lower[g] = G.cell[g] / f
+    changers = 0
     for i in range(slots.shape[0]):
         g = b_grid[slots[i]]
         size = max(hi_new[i, 0] - lo_new[i, 0], hi_new[i, 1] - lo_new[i, 1],
@@ -456,16 +457,17 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
             cy = 0.5 * (lo_new[i, 1] + hi_new[i, 1])
             cz = 0.5 * (lo_new[i, 2] + hi_new[i, 2])
             if max(abs(cx), abs(cy), abs(cz)) * inv > HASH_LIMIT:
-                return NOT_HASHABLE, i
+                return NOT_HASHABLE, i, changers
             out_cell[i] = _cell_of(cx, cy, cz, inv, G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
             _grow_centre_bounds(G.clo, G.chi, g, cx, cy, cz)
         else:
             out_cell[i] = -1
-    return OK, -1
+            changers += 1
+    return OK, -1, changers
 
 
 # ------------------------------------------------------------------------------------------
-# Algorithm 4: the detection step
+# Algorithm 4: the detection step is hashgrid_detect.py
 # ------------------------------------------------------------------------------------------
 
 #: A coarser grid with at most this many bodies is not probed cell by cell from every finer

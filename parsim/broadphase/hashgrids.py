@@ -95,6 +95,7 @@ class HierarchicalHashGrid(BroadPhase):
         self._last_pairs = 0  # sizes the next pair buffer
         self._scratch = self._new_scratch(0)  # detection's compact arrays, reused between calls
         self._tables = self._new_tables(1, 1, 0)  # detection's row and x tables (grow with grids)
+        self._new_cell = np.empty(0, dtype=np.int64)  # update's new cells, reused between calls
         # _prepare_grids' shortcut: the grids [0, _ng_ready) have cells, and each holds up to
         # _fits bodies without growing (the smallest cells / min_grid_density over them)
         self._ng_ready = 0
@@ -118,7 +119,7 @@ class HierarchicalHashGrid(BroadPhase):
 
     def _nbytes(self) -> int:
         arrays = [self._cells, self._b_grid, self._b_cell, self._b_entry, self._stamp,
-                  *self._G, *self._C, *self._P, *self._scratch, *self._tables]
+                  *self._G, *self._C, *self._P, *self._scratch, *self._tables, self._new_cell]
         return sum(a.nbytes for a in arrays)
 
     # ---- capacity -----------------------------------------------------------------------------
@@ -350,12 +351,14 @@ class HierarchicalHashGrid(BroadPhase):
             self._b_grid[slots] = grids
             self._place(np.arange(b.n, dtype=np.int64))
             return
-        new_cell = np.empty(slots.shape[0], dtype=np.int64)
-        status, i = K.update_scan(slots, lo, hi, self._b_grid, self._G, self.hierarchy_factor,
-                                  new_cell)
+        if self._new_cell.shape[0] < slots.shape[0]:  # reused: fresh pages cost faults per call
+            self._new_cell = np.empty(self.bodies.capacity, dtype=np.int64)
+        new_cell = self._new_cell[: slots.shape[0]]
+        status, i, n_changers = K.update_scan(slots, lo, hi, self._b_grid, self._G,
+                                              self.hierarchy_factor, new_cell)
         if status != K.OK:
             self._raise_not_hashable(lo, hi, i)
-        changers = np.flatnonzero(new_cell < 0)
+        changers = np.flatnonzero(new_cell < 0) if n_changers else _NO_SLOTS
         if changers.size:
             grids = self._assign(lo, hi, changers, self._b_grid[slots[changers]])
         self._edit(K.MOVE, slots, new_cell, lo, hi)
