@@ -1539,7 +1539,7 @@ def md_report(meta, studies, targets, plots, anomalies, out):
              f"scipy {v['scipy']}, matplotlib {v['matplotlib']}")
     L.append(f"- **Threads**: single core (NUMBA_NUM_THREADS={m['env']['NUMBA_NUM_THREADS']}, "
              f"OMP/OPENBLAS=1); NUMBA_CACHE_DIR={m['env']['NUMBA_CACHE_DIR']}")
-    L.append(f"- **Code**: git HEAD {m.get('git_head', '?')}; structure sources (sha1 of the module, its kernels, base.py, idmap.py and prefetch.py; first 10 hex): "
+    L.append(f"- **Code**: git HEAD {m.get('git_head', '?')}; structure sources (sha1 of the module, its kernels (HHG: hashgrid_kernels, hashgrid_detect, simd), base.py, idmap.py and prefetch.py; first 10 hex): "
              + ", ".join(f"{SHORT[k]} {v2}" for k, v2 in meta["sources"].items())
              + (f"; parsim imported from `{m['parsim_imported_from']}`"
                 if m.get("parsim_imported_from") else ""))
@@ -1700,7 +1700,7 @@ def collect_anomalies(studies):
 
 #: modules every structure runs on, hashed with its own (and the HHG's kernels with the HHG)
 SHARED_MODULES = ("base", "idmap", "prefetch")
-EXTRA_MODULES = {"HierarchicalHashGrid": ("hashgrid_kernels",)}
+EXTRA_MODULES = {"HierarchicalHashGrid": ("hashgrid_kernels", "hashgrid_detect", "simd")}
 
 
 def source_hashes():
