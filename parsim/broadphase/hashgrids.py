@@ -10,7 +10,8 @@ occupied cells). Below ``activation_threshold`` bodies no grid is built and pair
 all-pairs test; above it the grids are built, irrevocably. The update phase (Algorithm 2) re-hashes
 only bodies whose cell or grid changed; ``update_strategy="reinsert"`` clears and re-inserts
 everything instead (kept for comparison, thesis Fig. 25). The detection step (Algorithm 4) reports
-each overlapping pair once. The kernels and the memory layout are in ``hashgrid_kernels.py``.
+each overlapping pair once. The kernels and the memory layout are in ``hashgrid_kernels.py``, the
+detection step in ``hashgrid_detect.py`` (bodies sorted into rows of cells, 8-wide vector tests).
 """
 
 from __future__ import annotations
