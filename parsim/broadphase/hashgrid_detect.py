@@ -156,9 +156,27 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         HY[j] = -np.inf
         HZ[j] = -np.inf
 
-    # x tables of the long rows of the grids that finer bodies probe (span-limited: entry
-    # t - first x of the row is the first body at or after x = t), as far as ``ctab`` holds them;
-    # a long row without one (toff = NO_TABLE) is searched
+    def fill_xtable(tab, off, s0, s1):
+        """The x table of the row of compact entries s0:s1 (sorted by x, not empty):
+        ``tab[off + t]`` = the first entry at or after x = t, for t from the row's first x to
+        its last x + 1 (= s1)."""
+        x0 = np.int64(xs[s0])
+        x1 = np.int64(xs[s1 - 1])
+        for t in range(x0, x1 + 2):
+            tab[off + t] = s1
+        for j in range(s1 - 1, s0 - 1, -1):
+            tab[off + xs[j]] = j
+        for t in range(x1, x0 - 1, -1):
+            tab[off + t] = min(tab[off + t], tab[off + t + 1])
+
+    def first_at(tab, off, f0, f1, t):
+        """The first entry at or after x = t of a row with an x table (``fill_xtable``) whose
+        x run from f0 to f1 - 1: below f0 the row's start, beyond f1 its end."""
+        return tab[off + min(max(t, f0), f1)]
+
+    # x tables of the long rows of the grids that finer bodies probe, packed one after the
+    # other into ``ctab`` as far as it holds them; a long row without one (toff = NO_TABLE)
+    # is searched
     toff[:n_rows] = NO_TABLE
     used = 0
     cap = ctab.shape[0]
@@ -181,13 +199,8 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
             span = np.int64(xs[s1 - 1]) - x0 + 2
             if used + span > cap:
                 continue
-            toff[hr] = used - x0  # the table of x = t is ctab[toff + t]
-            for t in range(span):
-                ctab[used + t] = s1
-            for j in range(s1 - 1, s0 - 1, -1):
-                ctab[used + xs[j] - x0] = j
-            for t in range(span - 2, -1, -1):
-                ctab[used + t] = min(ctab[used + t], ctab[used + t + 1])
+            toff[hr] = used - x0  # the entry of x = t is ctab[toff + t]
+            fill_xtable(ctab, used - x0, s0, s1)
             used += span
 
     n_out = out.shape[0]
@@ -275,15 +288,7 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                 s1 = rows[row + 1]
                 if s1 - s0 <= SHORT:
                     continue
-                t0 = ((z & 1) * ny + y) * tw
-                x0 = np.int64(xs[s0])
-                x1 = np.int64(xs[s1 - 1])
-                for t in range(x0, x1 + 2):
-                    ptab[t0 + t] = s1
-                for j in range(s1 - 1, s0 - 1, -1):
-                    ptab[t0 + xs[j]] = j
-                for t in range(x1, x0 - 1, -1):
-                    ptab[t0 + t] = min(ptab[t0 + t], ptab[t0 + t + 1])
+                fill_xtable(ptab, ((z & 1) * ny + y) * tw, s0, s1)
             if zi == 0:
                 continue
             z = zi - 1  # sweep plane z: its tables and those of the next plane exist
@@ -323,11 +328,11 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                         k = np.int64(s1 > a + 1)
                     else:
                         t0 = qt[0]
-                        whi[0] = ptab[t0 + min(max(x + 2, qx0[0]), qx1[0])]
+                        whi[0] = first_at(ptab, t0, qx0[0], qx1[0], x + 2)
                         k = np.int64(whi[0] > a + 1)
                         if x == mx:
                             wlo[k] = s0
-                            whi[k] = ptab[t0 + min(max(np.int64(1), qx0[0]), qx1[0])]
+                            whi[k] = first_at(ptab, t0, qx0[0], qx1[0], np.int64(1))
                             k += 1
                     # the four forward rows: three x cells each (a short row: all of it)
                     for q in range(1, 5):
@@ -339,18 +344,18 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                             continue
                         lo_x = qx0[q]
                         hi_x = qx1[q]
-                        p = ptab[t0 + min(max(x - 1, lo_x), hi_x)]
-                        u = ptab[t0 + min(max(x + 2, lo_x), hi_x)]
+                        p = first_at(ptab, t0, lo_x, hi_x, x - 1)
+                        u = first_at(ptab, t0, lo_x, hi_x, x + 2)
                         wlo[k] = p
                         whi[k] = u
                         k += u > p
                         if x == 0:  # x - 1 wraps to mx
-                            wlo[k] = ptab[t0 + min(max(mx, lo_x), hi_x)]
+                            wlo[k] = first_at(ptab, t0, lo_x, hi_x, mx)
                             whi[k] = qe[q]
                             k += 1
                         elif x == mx:  # x + 1 wraps to 0
                             wlo[k] = qs[q]
-                            whi[k] = ptab[t0 + min(max(np.int64(1), lo_x), hi_x)]
+                            whi[k] = first_at(ptab, t0, lo_x, hi_x, np.int64(1))
                             k += 1
                     # every coarser grid with many bodies: the rows of the cells that can hold
                     # a partner (centres within half a cell of the AABB: at most 3 x 3 x 3)
@@ -387,14 +392,14 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                                         fx = np.int64(xs[q0])
                                         lx = np.int64(xs[q1 - 1]) + 1
                                         if cx0 <= cx1:
-                                            wlo[k] = ctab[to + min(max(cx0, fx), lx)]
-                                            whi[k] = ctab[to + min(max(cx1 + 1, fx), lx)]
+                                            wlo[k] = first_at(ctab, to, fx, lx, cx0)
+                                            whi[k] = first_at(ctab, to, fx, lx, cx1 + 1)
                                             k += 1
                                         else:
-                                            wlo[k] = ctab[to + min(max(cx0, fx), lx)]
+                                            wlo[k] = first_at(ctab, to, fx, lx, cx0)
                                             whi[k] = q1
                                             wlo[k + 1] = q0
-                                            whi[k + 1] = ctab[to + min(max(cx1 + 1, fx), lx)]
+                                            whi[k + 1] = first_at(ctab, to, fx, lx, cx1 + 1)
                                             k += 2
                                     elif cx0 <= cx1:
                                         wlo[k] = lower(q0, q1, cx0)

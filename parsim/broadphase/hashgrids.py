@@ -352,7 +352,7 @@ class HierarchicalHashGrid(BroadPhase):
             self._b_grid[slots] = grids
             self._place(np.arange(b.n, dtype=np.int64))
             return
-        if self._new_cell.shape[0] < slots.shape[0]:  # reused: fresh pages cost faults per call
+        if self._new_cell.shape[0] < slots.shape[0]:  # grows with the store, reused per call
             self._new_cell = np.empty(self.bodies.capacity, dtype=np.int64)
         new_cell = self._new_cell[: slots.shape[0]]
         status, i, n_changers = K.update_scan(slots, lo, hi, self._b_grid, self._G,

@@ -23,26 +23,29 @@ def hhg(**kw):
     return HierarchicalHashGrid(**{**HHG_DEFAULTS, **kw})
 
 
+def cells_of(bp, rank: int) -> tuple[np.ndarray, int]:
+    """The cells of the bodies of the grid of this rank (finest first), and its x bits."""
+    G = bp._G
+    g = int(G.order[rank])
+    n = bp.bodies.n
+    return bp._b_cell[:n][bp._b_grid[:n] == g].astype(np.int64), int(G.bits[g, 0])
+
+
 def row_lengths(bp) -> dict[int, np.ndarray]:
     """Bodies per row of cells (z, y) of every grid (by rank, finest first), from the grid's
     own cell assignment."""
     G = bp._G
-    n = bp.bodies.n
     out = {}
     for r in range(int(G.n[0])):
+        cells, bx = cells_of(bp, r)
         g = int(G.order[r])
-        mine = bp._b_grid[:n] == g
-        rows = bp._b_cell[:n][mine].astype(np.int64) >> int(G.bits[g, 0])
-        out[r] = np.bincount(rows, minlength=1 << int(G.bits[g, 1] + G.bits[g, 2]))
+        out[r] = np.bincount(cells >> bx, minlength=1 << int(G.bits[g, 1] + G.bits[g, 2]))
     return out
 
 
 def x_cells(bp, rank: int) -> np.ndarray:
-    G = bp._G
-    g = int(G.order[rank])
-    n = bp.bodies.n
-    mine = bp._b_grid[:n] == g
-    return bp._b_cell[:n][mine].astype(np.int64) & ((1 << int(G.bits[g, 0])) - 1)
+    cells, bx = cells_of(bp, rank)
+    return cells & ((1 << bx) - 1)
 
 
 def check(bp, ids, lo, hi, label):
