@@ -70,11 +70,11 @@ def _pack_state(slots, position, orientation, velocity, angular_velocity, buf):
 
 
 @njit(cache=True)
-def _unpack_state(buf, start, position, orientation, velocity, angular_velocity):
-    """The inverse of :func:`_pack_state` into the slots from ``start`` on."""
+def _unpack_state(buf, dst, position, orientation, velocity, angular_velocity):
+    """The inverse of :func:`_pack_state`: row k of ``buf`` into slot ``dst[k]``."""
     turning = buf.shape[1] >= STATE_WIDTH
     for k in range(buf.shape[0]):
-        j = start + k
+        j = dst[k]
         for d in range(3):
             position[j, d] = buf[k, d]
             velocity[j, d] = buf[k, 3 + d]
@@ -101,6 +101,20 @@ def _copy_rows(src, dst, position, orientation, velocity, angular_velocity, turn
             i = 4 * src[k]
             j = 4 * dst[k]
             q[j], q[j + 1], q[j + 2], q[j + 3] = q[i], q[i + 1], q[i + 2], q[i + 3]
+
+
+@njit(cache=True)
+def _prune_copies(src, dst, needed, keep):
+    """Backwards over one copy step: ``keep[k]`` if slot ``dst[k]`` is ``needed``, and then its
+    source is needed too (a copy may read a row an earlier copy of the step wrote). Returns
+    the number kept."""
+    m = 0
+    for k in range(src.shape[0] - 1, -1, -1):
+        keep[k] = needed[dst[k]]
+        if keep[k]:
+            needed[src[k]] = True
+            m += 1
+    return m
 
 
 def _shifted(image: np.ndarray, axis: int, delta: int) -> np.ndarray:
@@ -130,6 +144,11 @@ class Halo:
         self.migrated = 0          # bodies this rank sent away at the last rebuild
         self.migrated_total = 0    # ... and over the run
         self.shadows_made = 0
+        self.received = 0          # shadows made from other ranks' messages at the last build
+        self.refreshed = 0         # shadows the per-step refresh writes (see prune)
+        #: whether a rebuild calls :meth:`prune` (the simulation's; off: every shadow is
+        #: refreshed every step, as before 2026-11-27)
+        self.pruning = True
         #: whether the refresh carries the orientation (:data:`SPHERE_WIDTH`; set by build)
         self.turning = True
         #: seconds spent in the per-step shadow refresh: packing, the exchange (sending and
@@ -144,6 +163,8 @@ class Halo:
         self.global_src = np.empty(0, dtype=np.int64)
         self.local = None
         self.program = []
+        self.received = self.refreshed = 0
+
     def build(self, st: BodyStorage, reach: float, turning: bool = True) -> None:
         """Make the shadow copies (requires none present). ``reach`` is the halo beyond a body's
         own bounding radius: largest bounding radius + skin + rounding hair (global).
@@ -155,6 +176,7 @@ class Halo:
         width = STATE_WIDTH if self.turning else SPHERE_WIDTH
         self.plan = []
         self.buffers = []
+        self.received = 0
         for d in range(3):
             if dec.down[d] == NONE and dec.up[d] == NONE:
                 self.plan.append(None)
@@ -186,6 +208,7 @@ class Halo:
                 st.append_shadow_records(got_down)
                 start_up = st.n
                 st.append_shadow_records(got_up)
+                self.received += got_down.shape[0] + got_up.shape[0]
             self.plan.append((send_down.astype(np.int64), send_up.astype(np.int64),
                               start_down, start_up))
             self.buffers.append((np.empty((send_down.size, width)),
@@ -203,13 +226,15 @@ class Halo:
         * ``("copy", src, dst)``: slots ``dst`` take the rows of slots ``src``, in order; one
           :func:`_copy_rows` call for all the local copies between two messages, whatever
           sweeps (one block along a periodic axis) and global images they span;
-        * ``("send", axis, slots, out, inbuf, start, whole, views)``: one :func:`_pack_state`
-          call for both directions into ``out``, the exchange, one :func:`_unpack_state` call
-          from ``inbuf`` into the slots from ``start`` on (the copies from below and from above
-          are stored back to back). ``whole``: the same rank is the neighbour on both sides
+        * ``("send", axis, slots, out, inbuf, rows, whole, views, n_first, n_from_down)``: one
+          :func:`_pack_state` call for both directions into ``out``, the exchange, one
+          :func:`_unpack_state` call from ``inbuf`` into slots ``rows`` (the copies from below,
+          then those from above). ``whole``: the same rank is the neighbour on both sides
           (two blocks along a periodic axis), so one message goes each way, packed as [to up;
           to down], which that rank receives as its [from below; from above]. ``views``: the
           four directions' parts of ``out`` and ``inbuf`` (also ``self.buffers[axis]``).
+
+        :meth:`prune` then leaves out the copies nothing reads.
 
         On the 8,000-sphere periodic gas on one rank the six copy calls per step and their
         Python loop cost more than the copies; on two ranks split along x the refresh was nine
@@ -239,24 +264,73 @@ class Halo:
                 continue
             flush()
             whole = dec.down[d] == dec.up[d]
-            slots = np.concatenate([send_up, send_down] if whole else [send_down, send_up])
-            width = STATE_WIDTH if self.turning else SPHERE_WIDTH
-            out = np.empty((slots.size, width))
-            inbuf = np.empty((n_from_down + n_from_up, width))
-            if whole:
-                views = (out[send_up.size:], out[:send_up.size], inbuf[:n_from_down],
-                         inbuf[n_from_down:])
-            else:
-                views = (out[:send_down.size], out[send_down.size:], inbuf[:n_from_down],
-                         inbuf[n_from_down:])
-            self.buffers[d] = views
-            steps.append(("send", d, slots.astype(np.int64), out, inbuf, start_down, whole,
-                          views))
+            first, second = (send_up, send_down) if whole else (send_down, send_up)
+            slots = np.concatenate([first, second])
+            rows = start_down + np.arange(n_from_down + n_from_up, dtype=np.int64)
+            steps.append(self._send_step(d, slots, first.size, rows, n_from_down, whole))
         flush()
+        self._set_program(steps)
+
+    def _send_step(self, d, slots, n_first, rows, n_from_down, whole):
+        """A ``("send", ...)`` step of :meth:`_program` with its buffers: ``slots`` sent
+        (the first ``n_first`` to the up neighbour if ``whole``, else to the down one),
+        ``rows`` received (the first ``n_from_down`` from below)."""
+        width = STATE_WIDTH if self.turning else SPHERE_WIDTH
+        out = np.empty((slots.size, width))
+        inbuf = np.empty((rows.size, width))
+        if whole:
+            views = (out[n_first:], out[:n_first], inbuf[:n_from_down], inbuf[n_from_down:])
+        else:
+            views = (out[:n_first], out[n_first:], inbuf[:n_from_down], inbuf[n_from_down:])
+        self.buffers[d] = views
+        return ("send", d, slots.astype(np.int64), out, inbuf, rows.astype(np.int64), whole,
+                views, n_first, n_from_down)
+
+    def _set_program(self, steps) -> None:
         self.program = steps
         self.local = steps[0][1:] if len(steps) == 1 and steps[0][0] == "copy" else None
         if not steps:
             self.local = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        self.refreshed = sum(s[2].size if s[0] == "copy" else s[5].size for s in steps)
+
+    def prune(self, st: BodyStorage, needed: np.ndarray) -> None:
+        """Collective (neighbours along each axis with messages): leave out of the per-step
+        refresh every shadow that nothing reads until the next rebuild. ``needed[j]``: slot j is
+        read (a body of a candidate pair); a shadow is refreshed if it is needed or is the
+        source of a later copy or message whose destination is refreshed. Between two rebuilds
+        only the pairs' kernels read shadows, and no pair appears before the next rebuild, so
+        this changes no bit; a left-out shadow keeps the state it was made with.
+
+        The program is walked backwards. A message's rows: the receiver tells the sender,
+        with one mask message back along the same axis, which of them it needs; the sender
+        then needs the slots it still sends (a shadow received in an earlier sweep). On the
+        8,000-sphere gas on two ranks about one shadow in eight is read (the others are
+        within the halo but have no candidate partner): the refresh sends 1/8 of the bytes."""
+        needed = np.ascontiguousarray(needed, dtype=np.bool_).copy()
+        dec, net = self.dec, self.net
+        steps = []
+        for step in reversed(self.program):
+            if step[0] == "copy":
+                _, src, dst = step
+                keep = np.empty(src.size, dtype=np.bool_)
+                if _prune_copies(src, dst, needed, keep):
+                    steps.append(("copy", src[keep], dst[keep]))
+                continue
+            _, d, slots, _, _, rows, whole, _, n_first, n_from_down = step
+            got = needed[rows].astype(np.uint8)
+            back = np.empty(slots.size, dtype=np.uint8)
+            if whole:
+                net.sendrecv_fixed(d, dec.up[d], got, back)
+            else:
+                # rows from below go back down and tell that rank about its to_up, ...
+                net.exchange_fixed(d, dec.down[d], dec.up[d], got[:n_from_down],
+                                   got[n_from_down:], back[:n_first], back[n_first:])
+            send = back.astype(np.bool_)
+            needed[slots[send]] = True
+            take = needed[rows]
+            steps.append(self._send_step(d, slots[send], int(send[:n_first].sum()), rows[take],
+                                         int(take[:n_from_down].sum()), whole))
+        self._set_program(steps[::-1])
 
     def _global_images(self, st: BodyStorage) -> None:
         """Every periodic image of the global bodies, made locally (every rank has them)."""
@@ -291,7 +365,7 @@ class Halo:
                 _copy_rows(step[1], step[2], st.position, st.orientation, st.velocity,
                            st.angular_velocity, self.turning)
                 continue
-            _, d, slots, out, inbuf, start, whole, views = step
+            _, d, slots, out, inbuf, rows, whole, views = step[:8]
             t0 = time.perf_counter()
             _pack_state(slots, st.position, st.orientation, st.velocity, st.angular_velocity,
                         out)
@@ -301,7 +375,7 @@ class Halo:
             else:
                 self.net.exchange_fixed(d, dec.down[d], dec.up[d], *views)
             t2 = time.perf_counter()
-            _unpack_state(inbuf, start, st.position, st.orientation, st.velocity,
+            _unpack_state(inbuf, rows, st.position, st.orientation, st.velocity,
                           st.angular_velocity)
             tm["pack"] += t1 - t0
             tm["exchange"] += t2 - t1
@@ -359,6 +433,7 @@ def warm_up() -> None:
     slots = np.zeros(1, dtype=np.int64)
     buf = np.zeros((1, STATE_WIDTH))
     _pack_state(slots, st.position, st.orientation, st.velocity, st.angular_velocity, buf)
-    _unpack_state(buf, 1, st.position, st.orientation, st.velocity, st.angular_velocity)
+    _unpack_state(buf, slots + 1, st.position, st.orientation, st.velocity, st.angular_velocity)
     _copy_rows(slots, slots + 1, st.position, st.orientation, st.velocity, st.angular_velocity,
                True)
+    _prune_copies(slots, slots + 1, np.zeros(16, dtype=np.bool_), np.zeros(1, dtype=np.bool_))

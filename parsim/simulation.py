@@ -895,6 +895,11 @@ class Simulation:
             self.nl.rebuild(st, self.box, margin=skin, keep_refs=True, key_order=key_order)
         else:
             self.nl.rebuild(st, self.box, key_order=key_order)
+        if self.halo.pruning:         # collective: every rank, whatever its shadows
+            needed = np.zeros(st.n, dtype=np.bool_)
+            needed[self.nl.pa] = True
+            needed[self.nl.pb] = True
+            self.halo.prune(st, needed)
         self._has_global = bool((st.flags[: st.n_owned] & GLOBAL).any())
 
     def _sort_owned(self, rmax: float) -> None:
