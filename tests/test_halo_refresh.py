@@ -13,7 +13,7 @@ import pytest
 
 import parsim
 from parsim import halo as H
-from test_joint_halves import _pile, _verdict
+from test_joint_halves import _pile, _verdict, add_lattice
 
 
 def _owners(sim):
@@ -122,13 +122,7 @@ def _gas(comm=None, pruning=True):
                             skin=0.05, comm=comm)
     sim.halo.pruning = pruning
     sim.add_material("g", density=1000.0, restitution=0.7, collision_time=1e-3, friction=0.3)
-    rng = np.random.default_rng(7)
-    g = (np.arange(8) + 0.5) * 0.5
-    c = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
-    c += rng.uniform(-0.08, 0.08, c.shape)
-    sim.add_spheres(c, rng.uniform(0.1, 0.2, c.shape[0]), "g",
-                    velocities=rng.normal(0, 4.0, c.shape),
-                    angular_velocities=rng.normal(0, 20.0, c.shape))
+    add_lattice(sim, 8, 0.08, (0.1, 0.2), 4.0, seed=7)
     return sim
 
 

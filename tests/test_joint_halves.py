@@ -151,6 +151,19 @@ def test_joint_pass_reports_a_movable_non_sphere():
     assert odd == 1
 
 
+def add_lattice(sim, n, jitter, radii, speed, seed):
+    """n^3 spheres of material "g" on a lattice of spacing 0.5 (first centre at 0.25), each
+    moved by up to ``jitter``, radii uniform in ``radii``, velocities normal with deviation
+    ``speed``, spins normal with deviation 20."""
+    rng = np.random.default_rng(seed)
+    g = (np.arange(n) + 0.5) * 0.5
+    c = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
+    c += rng.uniform(-jitter, jitter, c.shape)
+    sim.add_spheres(c, rng.uniform(*radii, c.shape[0]), "g",
+                    velocities=rng.normal(0, speed, c.shape),
+                    angular_velocities=rng.normal(0, 20.0, c.shape))
+
+
 def _pile(comm=None, blocks=None, periodic=False, box=False, planes=True, seed=1):
     """Colliding spheres (and optionally one small capsule in a gap) in [0, 3]^3 with gravity
     and walls (planes unless ``planes=False``), or periodic without gravity."""
@@ -159,13 +172,7 @@ def _pile(comm=None, blocks=None, periodic=False, box=False, planes=True, seed=1
                             domain=((0, 0, 0), (3, 3, 3)), periodic=per, skin=0.04,
                             comm=comm, blocks=blocks)
     sim.add_material("g", density=1000.0, restitution=0.6, collision_time=2e-3, friction=0.4)
-    rng = np.random.default_rng(seed)
-    g = (np.arange(6) + 0.5) * 0.5
-    c = np.stack(np.meshgrid(g, g, g, indexing="ij"), axis=-1).reshape(-1, 3)
-    c += rng.uniform(-0.03, 0.03, c.shape)
-    sim.add_spheres(c, rng.uniform(0.18, 0.24, c.shape[0]), "g",
-                    velocities=rng.normal(0, 3.0, c.shape),
-                    angular_velocities=rng.normal(0, 20.0, c.shape))
+    add_lattice(sim, 6, 0.03, (0.18, 0.24), 3.0, seed)
     if box:
         sim.add_capsule((0.5, 0.5, 0.5), 0.05, 0.05, material="g", velocity=(3.0, 2.0, 1.0))
     if planes and not periodic:
