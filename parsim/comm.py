@@ -24,19 +24,24 @@ _TAG = 7000
 #: MPICH (ch4) sends a message of at least this many bytes between two processes of a node by
 #: a single copy (CMA: the receiver reads the sender's buffer with process_vm_readv), 8 KiB by
 #: default. Measured on the 8,000-sphere gas on two ranks (2026-11-27): after such a transfer,
-#: packing the next step's shadow refresh into the same buffer took 9-10 us instead of 1.5, in
-#: some runs (3 of 5), and a step 209 us instead of 200. parsim raises the threshold when
-#: MPI is not yet initialised and the variable is unset, so that refresh messages (at most a few
-#: 100 KiB once pruned) go through MPICH's shared-memory queue; larger messages (migration and
-#: shadow creation at a rebuild) keep the single copy. Other MPI libraries ignore the variable.
+#: packing the next step's shadow refresh into the same buffer took 9-10 us instead of 1.5 in
+#: some runs (3 of 5 in one benchmark, none of 8 later runs), and a step 209 us instead of
+#: 200; the eager path was as fast or faster in every case measured. parsim raises the
+#: threshold to 256 KiB when MPI is not yet initialised and the user set none of MPICH's names
+#: for it, so that messages below 256 KiB (the pruned refresh of that gas: 11-70 kB) go through
+#: MPICH's shared-memory queue; larger ones keep the single copy. The variable is set in this
+#: process's environment (so programs it launches inherit it); other MPI libraries ignore it.
 CMA_THRESHOLD = ("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD", str(256 * 1024))
+#: the names MPICH reads for that setting (the MPIR_CVAR_ one wins when several are set)
+CMA_THRESHOLD_NAMES = ("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD",
+                       "MPIR_PARAM_CH4_IPC_CMA_P2P_THRESHOLD", "MPICH_CH4_IPC_CMA_P2P_THRESHOLD")
 
 
 def _tune_mpich() -> None:
     import sys
 
-    if "mpi4py.MPI" not in sys.modules:
-        os.environ.setdefault(*CMA_THRESHOLD)
+    if "mpi4py.MPI" not in sys.modules and not any(k in os.environ for k in CMA_THRESHOLD_NAMES):
+        os.environ[CMA_THRESHOLD[0]] = CMA_THRESHOLD[1]
 
 
 _tune_mpich()

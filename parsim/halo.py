@@ -148,7 +148,8 @@ class Halo:
         self.received = 0          # shadows made from other ranks' messages at the last build
         self.refreshed = 0         # shadows the per-step refresh writes (see prune)
         #: whether a rebuild calls :meth:`prune` (the simulation's; off: every shadow is
-        #: refreshed every step, as before 2026-11-27)
+        #: refreshed every step, as before 2026-11-27). Set it on every rank or none: the
+        #: pruning exchanges messages with the neighbours.
         self.pruning = True
         #: whether the refresh carries the orientation (:data:`SPHERE_WIDTH`; set by build)
         self.turning = True
@@ -294,7 +295,7 @@ class Halo:
             self.local = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
         self.refreshed = sum(s[2].size if s[0] == "copy" else s[5].size for s in steps)
 
-    def prune(self, st: BodyStorage, needed: np.ndarray) -> None:
+    def prune(self, needed: np.ndarray) -> None:
         """Collective (neighbours along each axis with messages): leave out of the per-step
         refresh every shadow that nothing reads until the next rebuild. ``needed[j]``: slot j is
         read (a body of a candidate pair); a shadow is refreshed if it is needed or is the
@@ -329,7 +330,7 @@ class Halo:
                                    got[n_from_down:], back[:n_first], back[n_first:])
             send = back.astype(np.bool_)
             needed[slots[send]] = True
-            take = needed[rows]
+            take = got.astype(np.bool_)     # (a step never sends a row it receives)
             steps.append(self._send_step(d, slots[send], int(send[:n_first].sum()), rows[take],
                                          int(take[:n_from_down].sum()), whole))
         self._set_program(steps[::-1])

@@ -895,11 +895,13 @@ class Simulation:
             self.nl.rebuild(st, self.box, margin=skin, keep_refs=True, key_order=key_order)
         else:
             self.nl.rebuild(st, self.box, key_order=key_order)
-        if self.halo.pruning:         # collective: every rank, whatever its shadows
+        # collective: every rank, whatever its shadows; not with a zero skin (a rebuild every
+        # step: the masks would cost more than they save)
+        if self.halo.pruning and skin > 0.0:
             needed = np.zeros(st.n, dtype=np.bool_)
             needed[self.nl.pa] = True
             needed[self.nl.pb] = True
-            self.halo.prune(st, needed)
+            self.halo.prune(needed)
         self._has_global = bool((st.flags[: st.n_owned] & GLOBAL).any())
 
     def _sort_owned(self, rmax: float) -> None:
