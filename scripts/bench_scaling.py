@@ -230,6 +230,7 @@ def worker(case: dict) -> dict | None:
         "bytes_sent": sim.net.bytes_sent - b0, "messages_sent": sim.net.messages_sent - m0,
         "migrated": sim.halo.migrated_total - mig0, "rebuilds": sim.nl.builds - nb0,
         "owned": owned, "shadows": int(st.n_shadow), "remote_shadows": remote_shadows(sim),
+        "refreshed": int(getattr(sim.halo, "refreshed", st.n_shadow)),
         "memory_bytes": int(sim.memory_bytes()), "contacts": int(sim.n_contacts),
         "threads": numba.get_num_threads(), "build_seconds": t_build,
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -439,6 +440,7 @@ def per_step(r: dict) -> dict:
             "messages_per_step": x["messages_sent"] / steps,
             "shadows_per_owned": x["shadows"] / max(x["owned"], 1),
             "remote_shadows_per_owned": x["remote_shadows"] / max(x["owned"], 1),
+            "refreshed_per_owned": x.get("refreshed", x["shadows"]) / max(x["owned"], 1),
             "migrations_per_step": x["migrated"] / steps,
             "rebuilds": x["rebuilds"],
             "bytes_per_body": x["memory_bytes"] / max(x["owned"], 1),
@@ -667,7 +669,8 @@ SPLIT_HEADS = ["case", "ranks", "rank", "step ms", "compute ms", "(neigh / conta
                "pack+unpack ms", "exchange ms", "allreduce + local images ms", "checks ms",
                "rest ms", "max RSS MiB"]
 COMM_HEADS = ["case", "ranks", "rank", "owned", "bytes/step", "messages/step", "shadows/owned",
-              "remote shadows/owned", "migrations/step", "rebuilds", "bytes/body"]
+              "remote shadows/owned", "refreshed/owned", "migrations/step", "rebuilds",
+              "bytes/body"]
 
 
 def split_rows(label, r):
@@ -684,6 +687,7 @@ def split_rows(label, r):
         comm.append([label, str(r["ranks_n"]), str(x["rank"]), f"{x['owned']:,}",
                      f"{x['bytes_per_step']:,.0f}", f"{x['messages_per_step']:.3f}",
                      f"{x['shadows_per_owned']:.4f}", f"{x['remote_shadows_per_owned']:.4f}",
+                     f"{x['refreshed_per_owned']:.4f}",
                      f"{x['migrations_per_step']:.3f}", str(x["rebuilds"]),
                      f"{x['bytes_per_body']:.0f}"])
     return rows, comm
@@ -812,8 +816,10 @@ def report(results, a, info, command, out: Path) -> None:
         "step plus shadow creation and migration at rebuilds, averaged over the run; the small",
         "count messages that precede a rebuild-time exchange are not counted, nor are collectives).",
         "shadows/owned: all shadow copies (on one rank these are the periodic images) per owned",
-        "body; remote: received from another rank. bytes/body: `sim.memory_bytes()` (storage with",
-        "shadows + neighbour list) per owned body.",
+        "body; remote: received from another rank; refreshed: the shadows the per-step refresh",
+        "writes (those some candidate pair reads, `Halo.prune`; results without the field count",
+        "every shadow). bytes/body: `sim.memory_bytes()` (storage with shadows + neighbour list)",
+        "per owned body.",
         "",
         md_table(COMM_HEADS, comm),
         "",
