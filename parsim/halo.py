@@ -309,7 +309,7 @@ class Halo:
         8,000-sphere gas on two ranks one shadow in eight is read (330 of 2,648; the others are
         within the halo but have no candidate partner): the refresh writes 485 rows instead of
         2,648 and sends 10.9 kB per step instead of 58.4 kB."""
-        needed = np.ascontiguousarray(needed, dtype=np.bool_).copy()
+        needed = np.array(needed, dtype=np.bool_)     # a copy: the walk marks sources
         dec, net = self.dec, self.net
         steps = []
         for step in reversed(self.program):
