@@ -284,6 +284,50 @@ class Net:
             self.bytes_sent += out.nbytes
             self.messages_sent += 1
 
+    def prepare_fixed(self, axis: int, down_rank: int, up_rank: int, whole: bool,
+                      out: np.ndarray, inbuf: np.ndarray, views):
+        """A callable doing :meth:`sendrecv_fixed` (``whole``: ``out`` and ``inbuf`` with
+        ``up_rank``) or :meth:`exchange_fixed` (``views``: to_down, to_up, from_down, from_up)
+        on these buffers, with their MPI buffer specifications made once: the per-step refresh
+        calls it every step (building them per call cost about 1 us of a 6.3 us exchange on 2
+        ranks, 2026-11-27)."""
+        MPI, comm = self.MPI, self.comm
+
+        def spec(a):
+            return [a.view(np.uint8), MPI.BYTE]
+
+        if whole:
+            tag = _TAG + 200 + axis
+            so, si, nbytes = spec(out), spec(inbuf), out.nbytes
+
+            def run():
+                comm.Sendrecv(so, dest=up_rank, sendtag=tag, recvbuf=si, source=up_rank,
+                              recvtag=tag)
+                if nbytes:
+                    self.bytes_sent += nbytes
+                    self.messages_sent += 1
+            return run
+        if down_rank == self.rank and up_rank == self.rank:
+            return lambda: self.exchange_fixed(axis, down_rank, up_rank, *views)
+        to_down, to_up, from_down, from_up = views
+        t_up, t_down = _TAG + 100 + 2 * axis, _TAG + 101 + 2 * axis
+        recvs = [(spec(buf), src, tag) for src, tag, buf in
+                 ((down_rank, t_up, from_down), (up_rank, t_down, from_up))
+                 if src != NONE and buf.size]
+        sends = [(spec(arr), dst, tag) for dst, tag, arr in
+                 ((down_rank, t_down, to_down), (up_rank, t_up, to_up))
+                 if dst != NONE and arr.size]
+        nbytes = sum(a.nbytes for d, a in ((down_rank, to_down), (up_rank, to_up))
+                     if d != NONE and a.size)
+
+        def run():
+            reqs = [comm.Irecv(b, source=src, tag=tag) for b, src, tag in recvs]
+            reqs += [comm.Isend(b, dest=dst, tag=tag) for b, dst, tag in sends]
+            MPI.Request.Waitall(reqs)
+            self.bytes_sent += nbytes
+            self.messages_sent += len(sends)
+        return run
+
     def exchange_fixed(self, axis: int, down_rank: int, up_rank: int, to_down: np.ndarray,
                        to_up: np.ndarray, from_down: np.ndarray, from_up: np.ndarray) -> None:
         """Like :meth:`exchange` for messages whose sizes both sides know (the per-step shadow

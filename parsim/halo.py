@@ -228,13 +228,14 @@ class Halo:
         * ``("copy", src, dst)``: slots ``dst`` take the rows of slots ``src``, in order; one
           :func:`_copy_rows` call for all the local copies between two messages, whatever
           sweeps (one block along a periodic axis) and global images they span;
-        * ``("send", axis, slots, out, inbuf, rows, whole, views, n_first, n_from_down)``: one
-          :func:`_pack_state` call for both directions into ``out``, the exchange, one
+        * ``("send", axis, slots, out, inbuf, rows, whole, views, n_first, n_from_down,
+          run)``: one :func:`_pack_state` call for both directions into ``out``, the exchange, one
           :func:`_unpack_state` call from ``inbuf`` into slots ``rows`` (the copies from below,
           then those from above). ``whole``: the same rank is the neighbour on both sides
           (two blocks along a periodic axis), so one message goes each way, packed as [to up;
           to down], which that rank receives as its [from below; from above]. ``views``: the
-          four directions' parts of ``out`` and ``inbuf`` (also ``self.buffers[axis]``).
+          four directions' parts of ``out`` and ``inbuf`` (also ``self.buffers[axis]``);
+          ``run()`` exchanges them (:meth:`parsim.comm.Net.prepare_fixed`).
 
         :meth:`prune` then leaves out the copies nothing reads.
 
@@ -285,8 +286,10 @@ class Halo:
         else:
             views = (out[:n_first], out[n_first:], inbuf[:n_from_down], inbuf[n_from_down:])
         self.buffers[d] = views
+        dec = self.dec
+        run = self.net.prepare_fixed(d, dec.down[d], dec.up[d], whole, out, inbuf, views)
         return ("send", d, slots.astype(np.int64), out, inbuf, rows.astype(np.int64), whole,
-                views, n_first, n_from_down)
+                views, n_first, n_from_down, run)
 
     def _set_program(self, steps) -> None:
         self.program = steps
@@ -319,7 +322,7 @@ class Halo:
                 if _prune_copies(src, dst, needed, keep):
                     steps.append(("copy", src[keep], dst[keep]))
                 continue
-            _, d, slots, _, _, rows, whole, _, n_first, n_from_down = step
+            _, d, slots, _, _, rows, whole, _, n_first, n_from_down, _ = step
             got = needed[rows].astype(np.uint8)
             back = np.empty(slots.size, dtype=np.uint8)
             if whole:
@@ -362,21 +365,18 @@ class Halo:
                 _copy_rows(src, dst, st.position, st.orientation, st.velocity,
                            st.angular_velocity, self.turning)
             return
-        dec, tm = self.dec, self.timers
+        tm = self.timers
         for step in self.program:
             if step[0] == "copy":
                 _copy_rows(step[1], step[2], st.position, st.orientation, st.velocity,
                            st.angular_velocity, self.turning)
                 continue
-            _, d, slots, out, inbuf, rows, whole, views = step[:8]
+            slots, out, inbuf, rows, run = step[2], step[3], step[4], step[5], step[10]
             t0 = time.perf_counter()
             _pack_state(slots, st.position, st.orientation, st.velocity, st.angular_velocity,
                         out)
             t1 = time.perf_counter()
-            if whole:
-                self.net.sendrecv_fixed(d, dec.up[d], out, inbuf)
-            else:
-                self.net.exchange_fixed(d, dec.down[d], dec.up[d], *views)
+            run()
             t2 = time.perf_counter()
             _unpack_state(inbuf, rows, st.position, st.orientation, st.velocity,
                           st.angular_velocity)
