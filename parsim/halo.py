@@ -138,8 +138,8 @@ class Halo:
         self.dec = dec
         self.global_src = np.empty(0, dtype=np.int64)   # global bodies' images: sources
         self.global_start = 0                             # ... and their first slot
-        self.plan = []             # per axis: (send_down, send_up, start_from_down, start_from_up)
-        self.buffers = []          # per axis: (to_down, to_up, from_down, from_up) float64[k, 9 or 13]
+        #: per axis: (send_down, send_up, first slot from below, first from above, end)
+        self.plan = []
         self.local = None          # (src, dst) when the refresh needs no message
         self.program = []          # the refresh, step by step (see _program)
         self.migrated = 0          # bodies this rank sent away at the last rebuild
@@ -161,7 +161,6 @@ class Halo:
     def reset(self) -> None:
         """Forget the shadows (they were cleared from the storage)."""
         self.plan = []
-        self.buffers = []
         self.global_src = np.empty(0, dtype=np.int64)
         self.local = None
         self.program = []
@@ -175,14 +174,11 @@ class Halo:
         reads (the copies keep the orientation they were made with)."""
         dec, net = self.dec, self.net
         self.turning = bool(turning)
-        width = STATE_WIDTH if self.turning else SPHERE_WIDTH
         self.plan = []
-        self.buffers = []
         self.received = 0
         for d in range(3):
             if dec.down[d] == NONE and dec.up[d] == NONE:
                 self.plan.append(None)
-                self.buffers.append(None)
                 continue
             n = st.n
             cand = np.flatnonzero((st.flags[:n] & REPLICATED) == 0)
@@ -212,11 +208,7 @@ class Halo:
                 st.append_shadow_records(got_up)
                 self.received += got_down.shape[0] + got_up.shape[0]
             self.plan.append((send_down.astype(np.int64), send_up.astype(np.int64),
-                              start_down, start_up))
-            self.buffers.append((np.empty((send_down.size, width)),
-                                 np.empty((send_up.size, width)),
-                                 np.empty((start_up - start_down, width)),
-                                 np.empty((st.n - start_up, width))))
+                              start_down, start_up, st.n))
         self._global_images(st)
         self.shadows_made = st.n_shadow
         self._program()
@@ -234,7 +226,7 @@ class Halo:
           then those from above). ``whole``: the same rank is the neighbour on both sides
           (two blocks along a periodic axis), so one message goes each way, packed as [to up;
           to down], which that rank receives as its [from below; from above]. ``views``: the
-          four directions' parts of ``out`` and ``inbuf`` (also ``self.buffers[axis]``);
+          four directions' parts of ``out`` and ``inbuf``;
           ``run()`` exchanges them (:meth:`parsim.comm.Net.prepare_fixed`).
 
         :meth:`prune` then leaves out the copies nothing reads.
@@ -257,9 +249,8 @@ class Halo:
         for d, p in enumerate(self.plan):
             if p is None:
                 continue
-            send_down, send_up, start_down, start_up = p
-            n_from_down = start_up - start_down
-            n_from_up = self.buffers[d][3].shape[0]
+            send_down, send_up, start_down, start_up, end = p
+            n_from_down, n_from_up = start_up - start_down, end - start_up
             if dec.down[d] == rank:                  # one block along this periodic axis
                 src += [send_up, send_down]
                 dst += [start_down + np.arange(send_up.size, dtype=np.int64),
@@ -285,7 +276,6 @@ class Halo:
             views = (out[n_first:], out[:n_first], inbuf[:n_from_down], inbuf[n_from_down:])
         else:
             views = (out[:n_first], out[n_first:], inbuf[:n_from_down], inbuf[n_from_down:])
-        self.buffers[d] = views
         dec = self.dec
         run = self.net.prepare_fixed(d, dec.down[d], dec.up[d], whole, out, inbuf, views)
         return ("send", d, slots.astype(np.int64), out, inbuf, rows.astype(np.int64), whole,
