@@ -372,14 +372,35 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
         for j in range(nm):
             s = slots[mv[j]]
             base = G.base[b_grid[s]]
-            acc += cells[base + b_cell[s]] + b_entry[s] + cells[base + cnew[j]]
+            acc += cells[base + b_cell[s]] + cells[base + cnew[j]] + b_entry[s]
         for j in range(nm):
             s = slots[mv[j]]
             base = G.base[b_grid[s]]
-            acc += C.row[cells[base + b_cell[s]], C_TAIL] + P.entries[b_entry[s]]
+            acc += C.row[cells[base + b_cell[s]], C_SIZE]
             k2 = cells[base + cnew[j]]
             if k2 >= 0:
                 acc += C.row[k2, C_TAIL]
+        # the sole body of its cell moving to an empty cell (most movers where cells hold
+        # fewer than one body on average) takes its container along: the container is
+        # relabelled, its block and entry stay (no swap-remove, no block freed or taken)
+        ns = 0
+        for j in range(nm):
+            s = slots[mv[j]]
+            base = G.base[b_grid[s]]
+            k = cells[base + b_cell[s]]
+            sole = C.row[k, C_SIZE] == 1 and cells[base + cnew[j]] < 0
+            mv[ns] = mv[j]
+            cnew[ns] = cnew[j]
+            if sole:
+                cells[base + b_cell[s]] = -1
+                cells[base + cnew[j]] = k
+                C.row[k, C_CELL] = cnew[j]
+                b_cell[s] = cnew[j]
+            else:
+                ns += 1
+        nm = ns
+        for j in range(nm):
+            acc += P.entries[b_entry[slots[mv[j]]]]
         for j in range(min(nm, C.n[0])):  # the cells of the containers likely to fill holes
             kk = C.n[0] - 1 - j
             acc += cells[G.base[C.row[kk, C_GRID]] + C.row[kk, C_CELL]]

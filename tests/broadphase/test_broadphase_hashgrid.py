@@ -549,3 +549,55 @@ def test_ids_beyond_float64_exactness_and_sparse_and_dense_coarse_grids():
         bp.update(ids, lo + shift, hi + shift)
         orc.assert_pairs_equal(bp.pairs(), orc.pairs(ids, lo + shift, hi + shift),
                                label=f"ids from {base}, moved")
+
+
+def _walk_containers(bp):
+    """Every body's (grid, cell) from the containers themselves (cell table -> container ->
+    chain of blocks -> entries), checking the links on the way."""
+    from parsim.broadphase import hashgrid_kernels as K
+
+    G, C, P, cells = bp._G, bp._C, bp._P, bp._cells
+    seen = {}
+    for k in range(int(C.n[0])):
+        cell, g, size = (int(C.row[k, K.C_CELL]), int(C.row[k, K.C_GRID]),
+                         int(C.row[k, K.C_SIZE]))
+        assert size > 0, f"container {k} is empty but listed"
+        assert cells[G.base[g] + cell] == k, f"cell of container {k} does not point back to it"
+        b = int(C.row[k, K.C_HEAD])
+        got = 0
+        while got < size:
+            for off in range(min(K.BLOCK, size - got)):
+                s = int(P.entries[b * K.BLOCK + off])
+                assert s not in seen, f"slot {s} in two containers"
+                assert bp._b_entry[s] == b * K.BLOCK + off, f"slot {s} does not know its entry"
+                seen[s] = (g, cell)
+                got += 1
+            if got < size:
+                b = int(P.next[b])
+        assert b == C.row[k, K.C_TAIL], f"container {k}: tail block mismatch"
+    occupied = np.flatnonzero(cells >= 0).size
+    assert occupied == int(C.n[0]), f"{occupied} cells point to containers, {int(C.n[0])} listed"
+    return seen
+
+
+@pytest.mark.parametrize("edge,span", [(1.0, 60.0), (1.0, 6.0)])
+def test_containers_consistent_after_cell_moves(edge, span):
+    """Moves between cells (a sparse gas: most movers are the sole body of their cell and go to
+    an empty one, which takes the container along; a dense one: shared cells) leave every
+    container listing exactly the bodies of its cell, every cell pointing to its container,
+    and the queries equal to the oracle's."""
+    rng = np.random.default_rng(5)
+    t = Tracker(21, activation_threshold=0)
+    n = 400
+    ids = np.arange(n, dtype=np.int64)
+    lo, hi = cubes(rng, n, edge, span)
+    t.add(ids, lo, hi)
+    for step in range(12):
+        move = rng.uniform(-0.6, 0.6, (n, 3)) * edge
+        lo, hi = lo + move, hi + move
+        sub = rng.permutation(n)[: n - 50 * (step % 3)]    # not always every body
+        t.update(ids[sub], lo[sub], hi[sub])
+        where = _walk_containers(t.bp)
+        assert sorted(where) == list(range(t.bp.bodies.n))
+        for s, (g, cell) in where.items():
+            assert t.bp._b_grid[s] == g and t.bp._b_cell[s] == cell, f"slot {s} misplaced"
