@@ -12,6 +12,7 @@ the other way. A rank that is its own neighbour (one block along a periodic axis
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -93,6 +94,11 @@ class Net:
         # ranks of the 2026-11-27 host)
         self._both = np.zeros(2)
         self._both_out = np.zeros(2)
+        if self.size == 2:
+            # on two ranks that reduction is one Sendrecv with the other rank: 1.9 us against
+            # 3.4-3.8 us for MPICH's Allreduce of the same 16 bytes (2026-11-27 host)
+            self._pair = ([self._both, MPI.DOUBLE], 1 - self.rank, _TAG + 300,
+                          [self._both_out, MPI.DOUBLE])
         self.bytes_sent = 0
         self.messages_sent = 0
 
@@ -159,8 +165,14 @@ class Net:
             return message, float(x)
         both, out = self._both, self._both_out
         both[0] = 0.0 if message is None else 1.0
-        both[1] = x
-        self.comm.Allreduce(both, out, op=self.MPI.MAX)
+        both[1] = x if x == x else math.inf  # a NaN counts as inf: MPI's MAX of NaN may differ by rank
+        if self.size == 2:
+            send, peer, tag, recv = self._pair
+            self.comm.Sendrecv(send, peer, tag, recv, peer, tag)
+            out[0] = max(both[0], out[0])   # the same on both ranks (no NaN is left)
+            out[1] = max(both[1], out[1])
+        else:
+            self.comm.Allreduce(both, out, op=self.MPI.MAX)
         if out[0] == 0.0:
             return None, float(out[1])
         msgs = self.comm.allgather(None if message is None else (int(key), message))

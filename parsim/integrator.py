@@ -555,6 +555,27 @@ def outside(n, flags, position, lo, hi, walled, out):
 
 
 @njit(cache=True)
+def wrap_periodic(n, position, wraps, lo, box, periodic):
+    """Move the centres of bodies 0..n-1 back into the box on the periodic axes: a centre
+    ``k = floor((x - lo) / box)`` box lengths out moves by ``-k * box`` and its wrap count by
+    ``k``. Returns the number of bodies moved. One pass instead of a dozen numpy passes over
+    the positions (the 8,000-sphere gas: 0.27 ms per rebuild before)."""
+    moved = 0
+    for i in range(n):
+        m = False
+        for d in range(3):
+            if periodic[d]:
+                k = np.floor((position[i, d] - lo[d]) / box[d])
+                if k != 0.0 and np.isfinite(k):
+                    position[i, d] -= k * box[d]
+                    wraps[i, d] += np.int32(k)
+                    m = True
+        if m:
+            moved += 1
+    return moved
+
+
+@njit(cache=True)
 def kinetic_energies(n, flags, mass, inertia, orientation, velocity, angular_velocity):
     """Translational + rotational kinetic energy of each of bodies 0..n-1 (0 for fixed
     bodies): float64[n], each computed from the body's own state alone (so a body has the same

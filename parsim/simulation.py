@@ -811,14 +811,8 @@ class Simulation:
         if not self.periodic.any():
             return
         st = self.st
-        no = st.n_owned
         box = np.where(self.periodic, self.hi - self.lo, 1.0)
-        pos = st.position[:no]
-        k = np.floor((pos - self.lo) / box) * self.periodic
-        moved = np.flatnonzero(k.any(axis=1))
-        if moved.size:
-            st.position[moved] -= k[moved] * box
-            st.wraps[moved] += k[moved].astype(np.int32)
+        I.wrap_periodic(st.n_owned, st.position, st.wraps, self.lo, box, self.periodic)
 
     def _check_halo(self, rmax: float, skin: float) -> None:
         """Periodic axes must be longer than twice the halo (one image of a body near a body),

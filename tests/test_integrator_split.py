@@ -181,3 +181,37 @@ def test_only_spheres_take_no_serial_pass_and_keep_their_bits():
     _same_bits(got, ref)
     for k in s:
         assert np.array_equal(got[k][1500], s[k][1500]) or k in ("flags", "shape"), k
+
+
+def test_wrap_periodic_matches_the_formula():
+    """``wrap_periodic`` (the rebuild's wrap into the box) gives the bits of the plain formula:
+    on periodic axes a centre ``k = floor((x - lo) / L)`` box lengths out moves by ``-k L`` and
+    its wrap count by ``k``; other axes, and centres inside, are left alone. Centres exactly on
+    a bound, several boxes out and on both sides included."""
+    rng = np.random.default_rng(3)
+    lo = np.array([-2.0, 0.5, 10.0])
+    hi = np.array([3.0, 4.0, 11.0])
+    periodic = np.array([True, False, True])
+    n = 400
+    pos = rng.uniform(lo - 3 * (hi - lo), hi + 3 * (hi - lo), (n, 3))
+    pos[:50] = rng.uniform(lo, hi, (50, 3))                  # inside: not moved
+    pos[50:60, 0] = hi[0]
+    pos[60:70, 2] = lo[2]
+    pos[70:80, 0] = lo[0] - (hi[0] - lo[0])
+    wraps = rng.integers(-3, 4, (n, 3)).astype(np.int32)
+    box = np.where(periodic, hi - lo, 1.0)
+    k = np.floor((pos - lo) / box) * periodic
+    want_pos, want_wraps = pos.copy(), wraps.copy()
+    rows = np.flatnonzero(k.any(axis=1))
+    for i in rows:
+        for d in np.flatnonzero(periodic):
+            want_pos[i, d] -= k[i, d] * box[d]
+            want_wraps[i, d] += np.int32(k[i, d])
+    got_pos, got_wraps = pos.copy(), wraps.copy()
+    moved = I.wrap_periodic(n, got_pos, got_wraps, lo, box, periodic)
+    assert moved == rows.size and moved > 0
+    assert got_pos.tobytes() == want_pos.tobytes()
+    assert (got_wraps == want_wraps).all()
+    inside = (got_pos >= lo) & (got_pos < hi)
+    assert inside[:, periodic].all()
+    assert (got_pos[:, ~periodic] == pos[:, ~periodic]).all()

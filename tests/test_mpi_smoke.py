@@ -8,6 +8,8 @@ under ``python -m mpi4py`` (the failing rank exits non-zero, which aborts the jo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -154,3 +156,24 @@ def test_cli_demo_prints_table(capsys):
     out = capsys.readouterr().out
     assert "300 bodies on 1 rank(s), structure BruteForce" in out
     assert "check: 300 bodies owned exactly once" in out
+
+
+@pytest.mark.mpi(min_size=2)
+def test_first_error_and_max_agrees_on_every_rank(comm):
+    """The per-step check's reduction (one Sendrecv on two ranks, an Allreduce on more): every
+    rank gets the largest value and the message of the smallest key (then of the lowest
+    rank); a NaN counts as inf (MPI's MAX of a NaN may differ from rank to rank)."""
+    from parsim.comm import Net
+
+    net = Net(comm)
+    r, p = comm.Get_rank(), comm.Get_size()
+    got = [net.first_error_and_max(None, float(10 * ((r + 1) % p) + 0.5))]
+    got.append(net.first_error_and_max("bad" if r >= 1 else None, -1.0 - r, key=100 - r))
+    got.append(net.first_error_and_max("odd" if r % 2 == 0 else None, float(r), key=7))
+    nan = net.first_error_and_max(None, math.nan if r == p - 1 else 1.0)
+    every = comm.allgather((got, nan))
+    assert all(e == every[0] for e in every), every
+    assert got[0] == (None, 10.0 * (p - 1) + 0.5)
+    assert got[1] == (f"bad [rank {p - 1}]", -1.0)
+    assert got[2] == ("odd", float(p - 1))
+    assert nan == (None, math.inf)
