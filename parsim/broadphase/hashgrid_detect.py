@@ -162,12 +162,17 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         its last x + 1 (= s1)."""
         x0 = np.int64(xs[s0])
         x1 = np.int64(xs[s1 - 1])
+        # count the entries of each x, then a running sum: entry t = s0 + entries with x < t
+        # (the sum is carried in a register; a backward min over the table, each step
+        # reading the entry the last one wrote, took twice as long)
         for t in range(x0, x1 + 2):
-            tab[off + t] = s1
-        for j in range(s1 - 1, s0 - 1, -1):
-            tab[off + xs[j]] = j
-        for t in range(x1, x0 - 1, -1):
-            tab[off + t] = min(tab[off + t], tab[off + t + 1])
+            tab[off + t] = 0
+        for j in range(s0, s1):
+            tab[off + xs[j] + 1] += 1
+        acc = np.int32(s0)
+        for t in range(x0, x1 + 2):
+            acc += tab[off + t]
+            tab[off + t] = acc
 
     def first_at(tab, off, f0, f1, t):
         """The first entry at or after x = t of a row with an x table (``fill_xtable``) whose
