@@ -601,3 +601,31 @@ def test_containers_consistent_after_cell_moves(edge, span):
         assert sorted(where) == list(range(t.bp.bodies.n))
         for s, (g, cell) in where.items():
             assert t.bp._b_grid[s] == g and t.bp._b_cell[s] == cell, f"slot {s} misplaced"
+
+
+def test_cell_moves_that_meet_in_one_batch():
+    """Movers of one update that interact: A leaves cell X for an empty cell and B moves into
+    X behind it; C and D, each alone, move into the same empty cell; E and F swap their cells;
+    G joins a shared cell and H leaves one. The containers stay consistent and the pairs and
+    queries equal the oracle's."""
+    t = Tracker(22, activation_threshold=0)
+    c = math.sqrt(2.0)                      # the first grid's cell for bodies of size 1
+
+    def box(ix, iy, iz, dx=0.0):
+        p = (np.array([ix, iy, iz], dtype=float) + 0.5) * c + [dx, 0.0, 0.0]
+        return p - 0.5, p + 0.5
+
+    start = {0: (0, 0, 0), 1: (2, 0, 0), 2: (5, 5, 5), 3: (7, 5, 5), 4: (9, 9, 0), 5: (9, 9, 1),
+             6: (3, 8, 8), 7: (12, 3, 3), 8: (12, 3, 3, 0.1), 9: (3, 9, 8)}
+    end = {0: (1, 0, 0), 1: (0, 0, 0), 2: (6, 5, 5), 3: (6, 5, 5, 0.1), 4: (9, 9, 1),
+           5: (9, 9, 0), 6: (3, 9, 8, 0.1), 7: (12, 4, 3), 8: (12, 3, 3, 0.1), 9: (3, 9, 8)}
+    ids = np.arange(10, dtype=np.int64)
+    lo, hi = map(np.array, zip(*(box(*start[i]) for i in ids)))
+    t.add(ids, lo, hi)
+    _walk_containers(t.bp)
+    lo, hi = map(np.array, zip(*(box(*end[i]) for i in ids)))
+    t.update(ids, lo, hi)
+    where = _walk_containers(t.bp)
+    cells = {i: where[int(s)] for i, s in zip(ids, t.bp.bodies.slots_of(ids))}
+    assert cells[0] != cells[1] and cells[2] == cells[3] and cells[6] == cells[9]
+    assert cells[7] != cells[8]
