@@ -28,7 +28,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .hashgrid_kernels import ID_BITS, SCAN_COARSE_MAX, _coord
 from .prefetch import prefetch
-from .simd import LANES, overlap_mask8
+from .simd import LANES, overlap_mask4, overlap_mask8
 
 #: the four rows of three x cells among the 13 half neighbours of a cell, as (dy, dz)
 ROW_DY = np.array([1, -1, 0, 1], dtype=np.int64)
@@ -229,10 +229,14 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
             b = wlo[w]
             e = whi[w]
             while True:
-                msk = overlap_mask8(LX, LY, LZ, HX, HY, HZ, b, l0, l1, l2, h0, h1, h2)
                 left = e - b
-                if left < LANES:
+                if left <= 4:
+                    msk = overlap_mask4(LX, LY, LZ, HX, HY, HZ, b, l0, l1, l2, h0, h1, h2)
                     msk &= (np.int64(1) << max(left, 0)) - 1
+                else:
+                    msk = overlap_mask8(LX, LY, LZ, HX, HY, HZ, b, l0, l1, l2, h0, h1, h2)
+                    if left < LANES:
+                        msk &= (np.int64(1) << left) - 1
                 while msk != 0:
                     ib = cid[b + trailing_zeros(msk)]
                     out[n, 0] = min(ia, ib)

@@ -1,11 +1,12 @@
-"""The 8-wide AABB overlap test: bit k says whether box ``index + k`` overlaps the query box."""
+"""The 8- and 4-wide AABB overlap tests: bit k says whether box ``index + k`` overlaps the query
+box."""
 
 import numpy as np
 import pytest
 from numba import njit
 from numba.core.errors import TypingError
 
-from parsim.broadphase.simd import LANES, overlap_mask8
+from parsim.broadphase.simd import LANES, overlap_mask4, overlap_mask8
 
 
 @njit(cache=True)
@@ -17,13 +18,24 @@ def _masks(lo, hi, q_lo, q_hi, starts):
     return out
 
 
-def _expected(lo, hi, q_lo, q_hi, start):
-    ok = np.all((q_lo[:, None] <= hi[:, start: start + LANES])
-                & (lo[:, start: start + LANES] <= q_hi[:, None]), axis=0)
-    return int(sum(1 << k for k in range(LANES) if ok[k]))
+@njit(cache=True)
+def _masks4(lo, hi, q_lo, q_hi, starts):
+    out = np.empty(starts.shape[0], dtype=np.int64)
+    for i in range(starts.shape[0]):
+        out[i] = overlap_mask4(lo[0], lo[1], lo[2], hi[0], hi[1], hi[2], starts[i],
+                               q_lo[0], q_lo[1], q_lo[2], q_hi[0], q_hi[1], q_hi[2])
+    return out
 
 
-def test_masks_equal_the_scalar_test_closed_boxes_and_nan():
+def _expected(lo, hi, q_lo, q_hi, start, lanes=LANES):
+    ok = np.all((q_lo[:, None] <= hi[:, start: start + lanes])
+                & (lo[:, start: start + lanes] <= q_hi[:, None]), axis=0)
+    return int(sum(1 << k for k in range(lanes) if ok[k]))
+
+
+@pytest.mark.parametrize("lanes", [8, 4])
+def test_masks_equal_the_scalar_test_closed_boxes_and_nan(lanes):
+    _masks_of = _masks if lanes == 8 else _masks4
     rng = np.random.default_rng(4)
     n = 4000
     # coordinates on a coarse grid, so that many boxes touch exactly (closed: they overlap)
@@ -37,12 +49,12 @@ def test_masks_equal_the_scalar_test_closed_boxes_and_nan():
     for _ in range(20):
         q_lo = rng.integers(-8, 8, 3).astype(np.float64)
         q_hi = q_lo + rng.integers(0, 6, 3)
-        got = _masks(lo, hi, q_lo, q_hi, starts)
-        exp = [_expected(lo, hi, q_lo, q_hi, s) for s in starts]
+        got = _masks_of(lo, hi, q_lo, q_hi, starts)
+        exp = [_expected(lo, hi, q_lo, q_hi, s, lanes) for s in starts]
         assert got.tolist() == exp
-    assert (_masks(lo, hi, q_lo, q_hi, np.array([n - LANES])) == 0).all()
-    assert (_masks(lo, hi, np.full(3, -1e300), np.full(3, 1e300), np.array([0]))[0]
-            == _expected(lo, hi, np.full(3, -1e300), np.full(3, 1e300), 0))
+    assert (_masks_of(lo, hi, q_lo, q_hi, np.array([n - LANES])) == 0).all()
+    assert (_masks_of(lo, hi, np.full(3, -1e300), np.full(3, 1e300), np.array([0]))[0]
+            == _expected(lo, hi, np.full(3, -1e300), np.full(3, 1e300), 0, lanes))
 
 
 def test_strided_arrays_are_refused():
