@@ -192,6 +192,7 @@ def _grow_centre_bounds(clo, chi, g, cx, cy, cz):
 INSERT = 0
 REMOVE = 1
 MOVE = 2
+MOVE_ALL = 3  # MOVE with ``slots[i] == i`` for every i (an update of every body, in slot order)
 PF_CELL = 16  # prefetch distances of edit_cells, in bodies: the cell-table entry, and
 PF_ROW = 6    # the container row (and block entry) once the entry has arrived
 
@@ -206,7 +207,8 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
     * ``op == REMOVE``: take bodies out of their cells (their slots stay); sets b_grid to -1.
     * ``op == MOVE`` (update, pass 2): store ``lo_new[i]``/``hi_new[i]`` as the AABB of
       ``slots[i]`` and move the body to ``new_cell[i]`` when that is >= 0 and differs from its
-      cell (same grid; -1 marks grid changers, left to the caller).
+      cell (same grid; -1 marks grid changers, left to the caller). ``op == MOVE_ALL``: the
+      same when ``slots`` is 0, 1, ..., n - 1; the AABBs are then copied in one vectorised pass.
 
     A container's bodies sit in a chain of BLOCK-entry blocks; every body remembers its entry
     (block * BLOCK + offset), so a removal moves the container's last entry into the hole, frees an
@@ -304,7 +306,7 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
     # first round instead of loads gained nothing measurable there. Chunks of CH movers
     # rather than CH bodies: there ~10 % of the bodies change cell per step, so a chunk of 64
     # bodies held ~6 misses to overlap per round (move pass 2.5 -> 2.0 ms, 2026-11-24).
-    if op != MOVE:
+    if op != MOVE and op != MOVE_ALL:
         n_all = slots.shape[0]
         CHI = 4096  # bodies per chunk: ``at`` stays a small, reused scratch (no page faults)
         at = np.empty(min(n_all, CHI), dtype=np.int64)  # index into cells, -1: nothing to do
@@ -355,6 +357,15 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
     cnew = np.empty(CH, dtype=np.int64)
     acc = 0
     n_all = slots.shape[0]
+    every = op == MOVE_ALL
+    if every:  # contiguous rows: a copy the compiler vectorises (no index per body)
+        lo_f = lo.reshape(-1)
+        hi_f = hi.reshape(-1)
+        lon_f = lo_new.reshape(-1)
+        hin_f = hi_new.reshape(-1)
+        for j in range(3 * n_all):
+            lo_f[j] = lon_f[j]
+            hi_f[j] = hin_f[j]
     i = 0
     while i < n_all:
         # list up to CH movers (bodies changing cell; usually a small share of the batch)
@@ -362,9 +373,10 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
         while i < n_all and nm < CH:
             s = slots[i]
             mv[nm] = i
-            for d in range(3):
-                lo[s, d] = lo_new[i, d]
-                hi[s, d] = hi_new[i, d]
+            if not every:
+                for d in range(3):
+                    lo[s, d] = lo_new[i, d]
+                    hi[s, d] = hi_new[i, d]
             c = new_cell[i]
             cnew[nm] = c
             nm += (c >= 0) & (c != b_cell[s])
@@ -452,6 +464,15 @@ def clear_all(G, cells, C, P):
 # ------------------------------------------------------------------------------------------
 # Algorithm 2: the update phase
 # ------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def is_identity(slots):
+    """Whether ``slots[i] == i`` for every i (one branch-free pass)."""
+    same = 0
+    for i in range(slots.shape[0]):
+        same += slots[i] == i
+    return same == slots.shape[0]
+
 
 @njit(cache=True)
 def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):

@@ -362,7 +362,8 @@ class HierarchicalHashGrid(BroadPhase):
         changers = np.flatnonzero(new_cell < 0) if n_changers else _NO_SLOTS
         if changers.size:
             grids = self._assign(lo, hi, changers, self._b_grid[slots[changers]])
-        self._edit(K.MOVE, slots, new_cell, lo, hi)
+        every = slots.shape[0] == b.n and K.is_identity(slots)
+        self._edit(K.MOVE_ALL if every else K.MOVE, slots, new_cell, lo, hi)
         if changers.size:
             moving = slots[changers]
             self._edit(K.REMOVE, moving)
