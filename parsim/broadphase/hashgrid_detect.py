@@ -213,9 +213,14 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
     wlo = np.empty(WINDOWS_MAX, dtype=np.int64)
     whi = np.empty(WINDOWS_MAX, dtype=np.int64)
 
-    def run_windows(a, k):
+    def run_windows(a, k, narrow):
         """Test body ``a`` against the compact entries ``wlo[w] : whi[w]``, w < k, eight at a
-        time; write the overlapping pairs as ids (a < b)."""
+        time, or, if ``narrow``, four at a time where a window holds at most four; write the
+        overlapping pairs as ids (a < b). ``narrow``: every window is x cells of a long row of
+        the body's own grid, so that almost all hold four candidates or fewer. Elsewhere (rows
+        tested whole in sparse grids, coarse rows) the lengths vary, and the choice of width
+        cost more than it saved (more polydisperse scenario: 16.3-16.5 -> 18.3 ms with every
+        window eligible)."""
         n = st[0]
         over = st[1]
         l0 = LX[a]
@@ -230,7 +235,7 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
             e = whi[w]
             while True:
                 left = e - b
-                if left <= 4:
+                if narrow and left <= 4:
                     msk = overlap_mask4(LX, LY, LZ, HX, HY, HZ, b, l0, l1, l2, h0, h1, h2)
                     msk &= (np.int64(1) << max(left, 0)) - 1
                 else:
@@ -355,6 +360,8 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                 f2t, f2s, f2e, f2x0, f2x1 = qt[2], qs[2], qe[2], qx0[2], qx1[2]
                 f3t, f3s, f3e, f3x0, f3x1 = qt[3], qs[3], qe[3], qx0[3], qx1[3]
                 f4t, f4s, f4e, f4x0, f4x1 = qt[4], qs[4], qe[4], qx0[4], qx1[4]
+                # every window of this row's bodies is x cells of a long row of their grid
+                narrow = min(f0t, f1t, f2t, f3t, f4t) >= 0 and not coarse_probe
                 for a in range(s0, s1):
                     x = np.int64(xs[a])
                     # own row: the rest of the cell and the +x cell (they follow a), and
@@ -431,12 +438,12 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                                         wlo[k + 1] = q0
                                         whi[k + 1] = lower(q0, q1, cx1 + 1)
                                         k += 2
-                    run_windows(a, k)
+                    run_windows(a, k, narrow)
         # a sparse coarser grid: its bodies against every finer body, which precede them
         if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
             fine_end = rows[rb]
             for a in range(fine_end, rows[rb + ny * nz]):
                 wlo[0] = 0
                 whi[0] = fine_end
-                run_windows(a, 1)
+                run_windows(a, 1, False)
     return st[1] + st[0]
