@@ -10,20 +10,16 @@ from parsim.broadphase.simd import LANES, overlap_mask4, overlap_mask8
 
 
 @njit(cache=True)
-def _masks(lo, hi, q_lo, q_hi, starts):
+def _masks(lo, hi, q_lo, q_hi, starts, lanes=LANES):
+    """The masks of ``overlap_mask8`` (``lanes`` 8) or ``overlap_mask4`` (4) at ``starts``."""
     out = np.empty(starts.shape[0], dtype=np.int64)
     for i in range(starts.shape[0]):
-        out[i] = overlap_mask8(lo[0], lo[1], lo[2], hi[0], hi[1], hi[2], starts[i],
-                               q_lo[0], q_lo[1], q_lo[2], q_hi[0], q_hi[1], q_hi[2])
-    return out
-
-
-@njit(cache=True)
-def _masks4(lo, hi, q_lo, q_hi, starts):
-    out = np.empty(starts.shape[0], dtype=np.int64)
-    for i in range(starts.shape[0]):
-        out[i] = overlap_mask4(lo[0], lo[1], lo[2], hi[0], hi[1], hi[2], starts[i],
-                               q_lo[0], q_lo[1], q_lo[2], q_hi[0], q_hi[1], q_hi[2])
+        if lanes == 4:
+            out[i] = overlap_mask4(lo[0], lo[1], lo[2], hi[0], hi[1], hi[2], starts[i],
+                                   q_lo[0], q_lo[1], q_lo[2], q_hi[0], q_hi[1], q_hi[2])
+        else:
+            out[i] = overlap_mask8(lo[0], lo[1], lo[2], hi[0], hi[1], hi[2], starts[i],
+                                   q_lo[0], q_lo[1], q_lo[2], q_hi[0], q_hi[1], q_hi[2])
     return out
 
 
@@ -35,7 +31,6 @@ def _expected(lo, hi, q_lo, q_hi, start, lanes=LANES):
 
 @pytest.mark.parametrize("lanes", [8, 4])
 def test_masks_equal_the_scalar_test_closed_boxes_and_nan(lanes):
-    _masks_of = _masks if lanes == 8 else _masks4
     rng = np.random.default_rng(4)
     n = 4000
     # coordinates on a coarse grid, so that many boxes touch exactly (closed: they overlap)
@@ -49,11 +44,11 @@ def test_masks_equal_the_scalar_test_closed_boxes_and_nan(lanes):
     for _ in range(20):
         q_lo = rng.integers(-8, 8, 3).astype(np.float64)
         q_hi = q_lo + rng.integers(0, 6, 3)
-        got = _masks_of(lo, hi, q_lo, q_hi, starts)
+        got = _masks(lo, hi, q_lo, q_hi, starts, lanes)
         exp = [_expected(lo, hi, q_lo, q_hi, s, lanes) for s in starts]
         assert got.tolist() == exp
-    assert (_masks_of(lo, hi, q_lo, q_hi, np.array([n - LANES])) == 0).all()
-    assert (_masks_of(lo, hi, np.full(3, -1e300), np.full(3, 1e300), np.array([0]))[0]
+    assert (_masks(lo, hi, q_lo, q_hi, np.array([n - LANES]), lanes) == 0).all()
+    assert (_masks(lo, hi, np.full(3, -1e300), np.full(3, 1e300), np.array([0]), lanes)[0]
             == _expected(lo, hi, np.full(3, -1e300), np.full(3, 1e300), 0, lanes))
 
 
