@@ -41,7 +41,6 @@ from .parallel import pick, threaded
 from .materials import (Material, collision_time, make_material, override_row, pair_table,
                         unknown_parameters)
 from .neighbours import NeighbourList
-from .rotation import normalized_quaternion
 from .shapes import BOX, CAPSULE, PLANE, SHAPE_NAMES, SPHERE, bounding_radius
 
 #: largest allowed time step as a fraction of the smallest collision time

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import broadphase_oracle as orc
-from broadphase_configs import HHG_DEFAULTS, Config, check_hhg_invariants, grid_info, make
+from broadphase_configs import HHG_DEFAULTS, Config, check_hhg_invariants, grid_info
 
 
 def hhg(**kw):
