@@ -192,23 +192,23 @@ def _grow_centre_bounds(clo, chi, g, cx, cy, cz):
 INSERT = 0
 REMOVE = 1
 MOVE = 2
-MOVE_ALL = 3  # MOVE with ``slots[i] == i`` for every i (an update of every body, in slot order)
 PF_CELL = 16  # prefetch distances of edit_cells, in bodies: the cell-table entry, and
 PF_ROW = 6    # the container row (and block entry) once the entry has arrived
 
 
 @njit(cache=True)
-def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_entry,
-               G, cells, C, P):
+def edit_cells(op, slots, new_cell, lo, hi, b_grid, b_cell, b_entry, G, cells, C, P):
     """Insert, remove or move bodies in their cells; O(1) each.
 
     * ``op == INSERT``: put bodies (``b_grid`` already set) into the cell of their centre;
-      writes b_cell, b_entry (``new_cell``, ``lo_new``, ``hi_new`` unused).
+      writes b_cell, b_entry (``new_cell`` unused).
     * ``op == REMOVE``: take bodies out of their cells (their slots stay); sets b_grid to -1.
-    * ``op == MOVE`` (update, pass 2): store ``lo_new[i]``/``hi_new[i]`` as the AABB of
-      ``slots[i]`` and move the body to ``new_cell[i]`` when that is >= 0 and differs from its
-      cell (same grid; -1 marks grid changers, left to the caller). ``op == MOVE_ALL``: the
-      same when ``slots`` is 0, 1, ..., n - 1; the AABBs are then copied in one vectorised pass.
+    * ``op == MOVE``: move body ``slots[i]`` to the container of cell ``new_cell[i]`` (same
+      grid) when that differs from its container's cell ``b_cell``. The update does not call
+      it: it notes the new cells (:func:`note_moves`) and the containers follow when
+      something reads them (``HierarchicalHashGrid._sync``).
+
+    ``b_cell`` here is the cell whose container holds each body (the grid's ``_b_home``).
 
     A container's bodies sit in a chain of BLOCK-entry blocks; every body remembers its entry
     (block * BLOCK + offset), so a removal moves the container's last entry into the hole, frees an
@@ -297,16 +297,17 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
     # allocated. The touch rounds used for moves (below) made inserts and removals 15-25 %
     # slower than no rounds at all.
     #
-    # Moves (the update), in chunks of CH movers: list the bodies that change cell (and copy
-    # every body's AABB), touch what their edits will read in three dependent rounds
+    # Moves (the containers catching up with the update), in chunks of CH movers: list the
+    # bodies that change cell, touch what their edits will read in three dependent rounds
     # (independent loads within a round, so the cache misses overlap instead of queuing one
     # after another along each edit's chain cell -> container -> block -> entry), then edit.
     # The touched values are summed and returned only so that the compiler keeps the loads.
     # The rounds make the update of the reference scenario 15 % faster; prefetches in the
     # first round instead of loads gained nothing measurable there. Chunks of CH movers
     # rather than CH bodies: there ~10 % of the bodies change cell per step, so a chunk of 64
-    # bodies held ~6 misses to overlap per round (move pass 2.5 -> 2.0 ms, 2026-11-24).
-    if op != MOVE and op != MOVE_ALL:
+    # bodies held ~6 misses to overlap per round (move pass 2.5 -> 2.0 ms, 2026-11-24). (Until
+    # 2026-11-27 every update made these moves; now only ``_sync`` does, see note_moves.)
+    if op != MOVE:
         n_all = slots.shape[0]
         CHI = 4096  # bodies per chunk: ``at`` stays a small, reused scratch (no page faults)
         at = np.empty(min(n_all, CHI), dtype=np.int64)  # index into cells, -1: nothing to do
@@ -357,26 +358,13 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
     cnew = np.empty(CH, dtype=np.int64)
     acc = 0
     n_all = slots.shape[0]
-    every = op == MOVE_ALL
-    if every:  # contiguous rows: a copy the compiler vectorises (no index per body)
-        lo_f = lo.reshape(-1)
-        hi_f = hi.reshape(-1)
-        lon_f = lo_new.reshape(-1)
-        hin_f = hi_new.reshape(-1)
-        for j in range(3 * n_all):
-            lo_f[j] = lon_f[j]
-            hi_f[j] = hin_f[j]
     i = 0
     while i < n_all:
-        # list up to CH movers (bodies changing cell; usually a small share of the batch)
+        # list up to CH movers (bodies changing cell)
         nm = 0
         while i < n_all and nm < CH:
             s = slots[i]
             mv[nm] = i
-            if not every:
-                for d in range(3):
-                    lo[s, d] = lo_new[i, d]
-                    hi[s, d] = hi_new[i, d]
             c = new_cell[i]
             cnew[nm] = c
             nm += (c >= 0) & (c != b_cell[s])
@@ -435,7 +423,7 @@ def edit_cells(op, slots, new_cell, lo_new, hi_new, lo, hi, b_grid, b_cell, b_en
 
 
 @njit(cache=True)
-def relocate_bodies(move_src, move_dst, b_grid, b_cell, b_entry, P):
+def relocate_bodies(move_src, move_dst, b_grid, b_cell, b_home, b_entry, P):
     """Replay the body store's swap-remove moves on the per-body arrays and the cell entries."""
     for k in range(move_src.shape[0]):
         src = move_src[k]
@@ -444,6 +432,7 @@ def relocate_bodies(move_src, move_dst, b_grid, b_cell, b_entry, P):
         dst = move_dst[k]
         b_grid[dst] = b_grid[src]
         b_cell[dst] = b_cell[src]
+        b_home[dst] = b_home[src]
         b_entry[dst] = b_entry[src]
         if b_grid[dst] >= 0:
             P.entries[b_entry[dst]] = dst
@@ -472,6 +461,49 @@ def is_identity(slots):
     for i in range(slots.shape[0]):
         same += slots[i] == i
     return same == slots.shape[0]
+
+
+@njit(cache=True)
+def note_moves(slots, every, new_cell, lo_new, hi_new, lo, hi, b_cell, b_home, listed, dirty,
+               n_dirty):
+    """Pass 2 of the incremental update: store the new AABBs and the new cells.
+
+    ``slots[i]`` takes ``lo_new[i]``/``hi_new[i]`` and, if ``new_cell[i] >= 0`` (-1: a grid
+    changer, left to the caller), the cell ``new_cell[i]`` in ``b_cell``, the cell the detection
+    step reads. The containers are not edited: a body whose cell leaves its container's cell
+    ``b_home`` is appended to ``dirty`` (from ``n_dirty`` on) unless already ``listed``, so the
+    list never holds a body twice, and ``_sync`` moves the listed bodies before anything reads
+    the containers (queries, removals). ``every``: slots is 0, 1, ..., n - 1 (the AABBs are
+    then copied in one vectorised pass). Returns the new length of ``dirty``."""
+    n_all = slots.shape[0]
+    if every:
+        lo_f = lo.reshape(-1)
+        hi_f = hi.reshape(-1)
+        lon_f = lo_new.reshape(-1)
+        hin_f = hi_new.reshape(-1)
+        for j in range(3 * n_all):
+            lo_f[j] = lon_f[j]
+            hi_f[j] = hin_f[j]
+    else:
+        for i in range(n_all):
+            s = slots[i]
+            for d in range(3):
+                lo[s, d] = lo_new[i, d]
+                hi[s, d] = hi_new[i, d]
+    m = n_dirty
+    for i in range(n_all):
+        c = new_cell[i]
+        if c < 0:
+            continue
+        s = slots[i]
+        old = b_cell[s]
+        if c != old:
+            if c != b_home[s] and listed[s] == 0:
+                listed[s] = 1
+                dirty[m] = s
+                m += 1
+            b_cell[s] = c
+    return m
 
 
 @njit(cache=True)

@@ -28,7 +28,6 @@ from .brute_force import all_pairs, scan_box, scan_ray
 
 _NO_CELLS = np.empty(0, dtype=np.int64)
 _NO_SLOTS = np.empty(0, dtype=np.int64)  # no bodies dropped from grown grids
-_NO_BOXES = np.empty((0, 3), dtype=np.float64)
 
 
 class HierarchicalHashGrid(BroadPhase):
@@ -88,8 +87,13 @@ class HierarchicalHashGrid(BroadPhase):
         self._cells = np.empty(0, dtype=np.int32)
         cap = self.bodies.capacity
         self._b_grid = np.full(cap, -1, dtype=np.int8)
-        self._b_cell = np.zeros(cap, dtype=np.int32)
+        self._b_cell = np.zeros(cap, dtype=np.int32)   # each body's cell (detection reads it)
+        self._b_home = np.zeros(cap, dtype=np.int32)   # the cell of the container holding it
         self._b_entry = np.zeros(cap, dtype=np.int32)
+        # bodies whose cell left their container's cell since the last _sync, each listed once
+        self._dirty = np.empty(cap, dtype=np.int32)
+        self._listed = np.zeros(cap, dtype=np.uint8)
+        self._n_dirty = 0
         self._C = K.new_containers(cap)
         self._P = K.new_pool(self._pool_blocks(cap))
         self._stamp = np.zeros(1, dtype=np.int64)
@@ -119,7 +123,8 @@ class HierarchicalHashGrid(BroadPhase):
         }
 
     def _nbytes(self) -> int:
-        arrays = [self._cells, self._b_grid, self._b_cell, self._b_entry, self._stamp,
+        arrays = [self._cells, self._b_grid, self._b_cell, self._b_home, self._b_entry,
+                  self._dirty, self._listed, self._stamp,
                   *self._G, *self._C, *self._P, *self._scratch, *self._tables, self._new_cell]
         return sum(a.nbytes for a in arrays)
 
@@ -154,9 +159,10 @@ class HierarchicalHashGrid(BroadPhase):
         if not self.bodies.reserve(n_total):
             return
         cap = self.bodies.capacity
-        for name in ("_b_grid", "_b_cell", "_b_entry"):
+        for name in ("_b_grid", "_b_cell", "_b_home", "_b_entry", "_dirty", "_listed"):
             old = getattr(self, name)
-            new = np.full(cap, -1, dtype=old.dtype) if name == "_b_grid" else np.empty(cap, old.dtype)
+            fill = -1 if name == "_b_grid" else 0
+            new = np.full(cap, fill, dtype=old.dtype)
             new[: old.shape[0]] = old
             setattr(self, name, new)
         old_c = self._C
@@ -298,13 +304,28 @@ class HierarchicalHashGrid(BroadPhase):
             slots = np.concatenate([dropped, slots])
         self._edit(K.INSERT, slots)
 
-    def _edit(self, op, slots, new_cell=None, lo=None, hi=None) -> None:
-        """Insert / remove / move bodies in their cells (one kernel call per batch)."""
+    def _edit(self, op, slots, new_cell=_NO_CELLS) -> None:
+        """Insert / remove / move bodies in their cells' containers (one kernel call per
+        batch); an insert sets both the body's cell and its container's cell."""
         b = self.bodies
-        if new_cell is None:
-            new_cell, lo, hi = _NO_CELLS, _NO_BOXES, _NO_BOXES
-        K.edit_cells(op, slots, new_cell, lo, hi, b.lo, b.hi, self._b_grid, self._b_cell,
+        K.edit_cells(op, slots, new_cell, b.lo, b.hi, self._b_grid, self._b_home,
                      self._b_entry, self._G, self._cells, self._C, self._P)
+        if op == K.INSERT:
+            self._b_cell[slots] = self._b_home[slots]
+
+    def _sync(self) -> None:
+        """Bring the containers up to date with the bodies' cells: move every body listed by
+        the updates since the last call whose cell differs from its container's (O(1) each,
+        at most once per body however many updates moved it). The detection step reads the
+        bodies' cells and needs no containers, so the update leaves this to the queries and
+        removals, which read them (``K.note_moves``)."""
+        n = self._n_dirty
+        if n == 0:
+            return
+        slots = self._dirty[:n].astype(np.int64)
+        self._listed[slots] = 0
+        self._n_dirty = 0
+        self._edit(K.MOVE, slots, self._b_cell[slots].astype(np.int64))
 
     def _activate(self, grids=None) -> None:
         """Build the grids over every stored body (``grids``: their grid ids, if known)."""
@@ -348,6 +369,8 @@ class HierarchicalHashGrid(BroadPhase):
             grids = self._assign(lo, hi, idx, self._b_grid[slots])
             b.lo[slots] = lo
             b.hi[slots] = hi
+            self._listed[self._dirty[: self._n_dirty]] = 0  # every body is placed anew
+            self._n_dirty = 0
             K.clear_all(self._G, self._cells, self._C, self._P)
             self._b_grid[slots] = grids
             self._place(np.arange(b.n, dtype=np.int64))
@@ -363,7 +386,8 @@ class HierarchicalHashGrid(BroadPhase):
         if changers.size:
             grids = self._assign(lo, hi, changers, self._b_grid[slots[changers]])
         every = slots.shape[0] == b.n and K.is_identity(slots)
-        self._edit(K.MOVE_ALL if every else K.MOVE, slots, new_cell, lo, hi)
+        self._n_dirty = K.note_moves(slots, every, new_cell, lo, hi, b.lo, b.hi, self._b_cell,
+                                     self._b_home, self._listed, self._dirty, self._n_dirty)
         if changers.size:
             moving = slots[changers]
             self._edit(K.REMOVE, moving)
@@ -372,9 +396,11 @@ class HierarchicalHashGrid(BroadPhase):
 
     def _remove(self, slots):
         if self._active:
+            self._sync()  # (the dirty list holds slots, which the swap-removes renumber)
             self._edit(K.REMOVE, slots)
         src, dst = self.bodies.swap_remove(slots)
-        K.relocate_bodies(src, dst, self._b_grid, self._b_cell, self._b_entry, self._P)
+        K.relocate_bodies(src, dst, self._b_grid, self._b_cell, self._b_home, self._b_entry,
+                          self._P)
 
     def _pairs(self):
         b = self.bodies
@@ -397,6 +423,7 @@ class HierarchicalHashGrid(BroadPhase):
         b = self.bodies
         if not self._active:
             return scan_box(b.ids, b.lo, b.hi, b.n, lo, hi)
+        self._sync()
         return K.query_box_cells(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
                                  lo, hi)
 
@@ -404,5 +431,6 @@ class HierarchicalHashGrid(BroadPhase):
         b = self.bodies
         if not self._active:
             return scan_ray(b.ids, b.lo, b.hi, b.n, o, d, t_max)
+        self._sync()
         return K.raycast_cells(b.ids, b.lo, b.hi, self._G, self._cells, self._C, self._P,
                                o, d, t_max, self._stamp)

@@ -595,10 +595,13 @@ def test_containers_consistent_after_cell_moves(edge, span):
     for step in range(12):
         move = rng.uniform(-0.6, 0.6, (n, 3)) * edge
         lo, hi = lo + move, hi + move
-        # every body in slot order (MOVE_ALL: the AABBs copied in one pass), or some bodies
-        # in any order
+        # every body in slot order (the AABBs copied in one pass), or some bodies in any order
         sub = ids if step % 4 == 0 else rng.permutation(n)[: n - 50 * (step % 3)]
         t.update(ids[sub], lo[sub], hi[sub])
+        if step % 3 == 2:  # the containers catch up after several updates
+            continue
+        t.bp._sync()
+        assert t.bp._n_dirty == 0 and not t.bp._listed.any()
         where = _walk_containers(t.bp)
         assert sorted(where) == list(range(t.bp.bodies.n))
         for s, (g, cell) in where.items():
@@ -627,7 +630,78 @@ def test_cell_moves_that_meet_in_one_batch():
     _walk_containers(t.bp)
     lo, hi = map(np.array, zip(*(box(*end[i]) for i in ids)))
     t.update(ids, lo, hi)
+    t.bp._sync()
     where = _walk_containers(t.bp)
     cells = {i: where[int(s)] for i, s in zip(ids, t.bp.bodies.slots_of(ids))}
     assert cells[0] != cells[1] and cells[2] == cells[3] and cells[6] == cells[9]
     assert cells[7] != cells[8]
+
+
+def test_containers_catch_up_after_unqueried_updates():
+    """The update only notes the bodies' new cells; the containers follow at the next query or
+    removal (``_sync``). Many updates with no query in between -- cell moves, bodies moving
+    back to where their container is, grid changers, grids growing under new bodies, removals
+    of listed bodies -- keep pairs() equal to the oracle's after every call, and the first
+    query after them equal too, with consistent containers."""
+    rng = np.random.default_rng(23)
+    bp = hhg(activation_threshold=0, initial_cells=4, min_grid_density=1)
+    model = orc.Model()
+    n = 60
+    ids = np.arange(n, dtype=np.int64)
+    lo, hi = cubes(rng, n, 1.0, 8.0)
+    bp.add(ids, lo, hi)
+    model.add(ids, lo, hi)
+    start_lo = lo.copy()
+    boxes = {int(i): (lo[k], hi[k]) for k, i in enumerate(ids)}
+    next_id = n
+    seen = {"listed": 0, "removed while listed": 0, "grown while listed": 0}
+    for step in range(31):   # (the last one removes nothing: bodies stay listed)
+        live = np.array(sorted(boxes), dtype=np.int64)
+        lo = np.array([boxes[int(i)][0] for i in live])
+        hi = np.array([boxes[int(i)][1] for i in live])
+        if step % 7 == 6:   # back to the start: bodies return to the cells of their containers
+            back = live < n
+            shift = start_lo[live[back]] - lo[back]
+            lo[back] += shift
+            hi[back] += shift
+        else:
+            move = rng.uniform(-1.2, 1.2, (live.size, 3))
+            lo, hi = lo + move, hi + move
+        if step % 5 == 2:   # some bodies grow or shrink into other grids
+            k = rng.choice(live.size, 5, replace=False)
+            hi[k] = lo[k] + rng.choice([0.3, 1.0, 4.0], 5)[:, None]
+        order = rng.permutation(live.size)[: live.size - 7 * (step % 2)]
+        bp.update(live[order], lo[order], hi[order])
+        model.update(live[order], lo[order], hi[order])
+        for k in order:
+            boxes[int(live[k])] = (lo[k], hi[k])
+        seen["listed"] += bp._n_dirty > 0
+        orc.assert_pairs_equal(bp.pairs(), model.pairs(), model, f"step {step}: ")
+        if step % 6 == 3:   # new bodies: the grids grow while bodies are listed
+            grown = bp._n_dirty > 0
+            bits = bp._G.bits[: bp._G.n[0]].sum()
+            new = np.arange(next_id, next_id + 80, dtype=np.int64)
+            next_id += 80
+            nlo, nhi = cubes(rng, 80, 1.0, 8.0)
+            bp.add(new, nlo, nhi)
+            model.add(new, nlo, nhi)
+            boxes.update({int(i): (nlo[k], nhi[k]) for k, i in enumerate(new)})
+            seen["grown while listed"] += grown and bp._G.bits[: bp._G.n[0]].sum() > bits
+        if step % 4 == 1:   # removals: listed bodies among them
+            listed = bp._n_dirty > 0
+            gone = rng.choice(np.array(sorted(boxes), dtype=np.int64), 15, replace=False)
+            bp.remove(gone)
+            model.remove(gone)
+            for i in gone:
+                del boxes[int(i)]
+            seen["removed while listed"] += listed
+            assert bp._n_dirty == 0
+        orc.assert_pairs_equal(bp.pairs(), model.pairs(), model, f"step {step}, end: ")
+    assert all(v > 0 for v in seen.values()), seen
+    assert bp._n_dirty > 0
+    orc.assert_matches(bp, model, rng, n_queries=6)   # the queries bring the containers up
+    assert bp._n_dirty == 0 and not bp._listed.any()
+    where = _walk_containers(bp)
+    assert sorted(where) == list(range(bp.bodies.n))
+    for s, (g, cell) in where.items():
+        assert bp._b_grid[s] == g and bp._b_cell[s] == cell and bp._b_home[s] == cell
