@@ -8,7 +8,10 @@ every axis when a grid's bodies exceed ``cells / min_grid_density``, and never s
 removing and re-hashing a body are O(1) (per-cell block containers with swap-remove, a dense list of
 occupied cells). Below ``activation_threshold`` bodies no grid is built and pairs are found by an
 all-pairs test; above it the grids are built, irrevocably. The update phase (Algorithm 2) re-hashes
-only bodies whose cell or grid changed; ``update_strategy="reinsert"`` clears and re-inserts
+only bodies whose cell or grid changed: a body changing grid leaves its container and enters
+another at once; a body changing cell within its grid only has its new cell noted (the detection
+step reads the cells, not the containers), and its container follows before the next query or
+removal (``_sync``, O(1) per body listed); ``update_strategy="reinsert"`` clears and re-inserts
 everything instead (kept for comparison, thesis Fig. 25). The detection step (Algorithm 4) reports
 each overlapping pair once. The kernels and the memory layout are in ``hashgrid_kernels.py``, the
 detection step in ``hashgrid_detect.py`` (bodies sorted into rows of cells, 8-wide vector tests).
