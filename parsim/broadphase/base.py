@@ -183,6 +183,21 @@ def apply_moves(arr, move_src, move_dst):
 
 
 @njit(cache=True)
+def _same_ids(ids, stored):
+    """Whether ``ids`` equals ``stored[:ids.shape[0]]``: a vectorised count per chunk of 4096,
+    stopping at the first chunk that differs."""
+    n = ids.shape[0]
+    for a in range(0, n, 4096):
+        b = min(a + 4096, n)
+        same = 0
+        for i in range(a, b):
+            same += ids[i] == stored[i]
+        if same != b - a:
+            return False
+    return True
+
+
+@njit(cache=True)
 def _descending(slots, seen, n, out):
     """``slots`` (distinct, < n) in descending order, by marking them in ``seen`` (cleared again)
     and scanning ``n`` flags: O(n) sequential work, no sort."""
@@ -223,6 +238,7 @@ class BodyStore:
         self._seen = np.zeros(capacity, dtype=np.bool_)
         self.map = IdMap(capacity, direct=True)
         self._claimed = 0  # ids claimed in the map for the next append (see claim)
+        self._iota = np.empty(0, dtype=np.int64)  # 0, 1, 2, ...: slots_of's common answer
 
     @property
     def capacity(self) -> int:
@@ -230,7 +246,8 @@ class BodyStore:
 
     @property
     def nbytes(self) -> int:
-        return self.ids.nbytes + self.lo.nbytes + self.hi.nbytes + self._seen.nbytes + self.map.nbytes
+        return (self.ids.nbytes + self.lo.nbytes + self.hi.nbytes + self._seen.nbytes + self.map.nbytes
+                + self._iota.nbytes)
 
     def reserve(self, n_total: int) -> bool:
         """Make room for ``n_total`` bodies; return True if the arrays were reallocated."""
@@ -249,10 +266,14 @@ class BodyStore:
         return True
 
     def slots_of(self, ids: np.ndarray, name: str = "ids") -> np.ndarray:
-        """Slots of present ids; raises naming the first unknown or repeated id."""
+        """Slots of present ids; raises naming the first unknown or repeated id. The slots
+        are the caller's to read, not to write (the common case returns a shared array)."""
         n = ids.shape[0]
-        if n == self.n and n and np.array_equal(ids, self.ids[:n]):
-            return np.arange(n, dtype=np.int64)  # the common case: same order as stored
+        if n == self.n and n and _same_ids(ids, self.ids):
+            # the common case, every body in stored order: 0..n-1, kept between calls
+            if self._iota.shape[0] < n:
+                self._iota = np.arange(self.capacity, dtype=np.int64)
+            return self._iota[:n]
         slots, miss = self.map.find(ids)
         if miss >= 0:
             bad = int(ids[miss])

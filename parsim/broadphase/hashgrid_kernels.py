@@ -506,6 +506,86 @@ def note_moves(slots, every, new_cell, lo_new, hi_new, lo, hi, b_cell, b_home, l
     return m
 
 
+@njit(cache=True, inline="always")
+def _order_key(v):
+    """A finite float64 as an int64 in the same order: its bits, with the magnitude bits
+    flipped for a negative number (:func:`_from_order_key` is the inverse)."""
+    b = np.float64(v).view(np.int64)
+    return b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
+
+
+@njit(cache=True, inline="always")
+def _from_order_key(k):
+    """The float64 of an :func:`_order_key`."""
+    return np.int64(k ^ ((k >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))).view(np.float64)
+
+
+#: 1.5 * 2**52: ``v + MAGIC`` holds the integer ``v`` (|v| < 2**51) in its low mantissa bits
+MAGIC = 6755399441055744.0
+
+
+@njit(cache=True, error_model="numpy")
+def _scan_one_grid(lo_new, hi_new, G, f, out_cell):
+    """:func:`update_scan` when the hierarchy has one grid (every body is in it), in a loop
+    LLVM vectorises: no branch, and the cell coordinates' low bits come from the bits of
+    ``floor(v) + MAGIC`` (the same integers as ``_coord`` below the hash limit) instead of a
+    float-to-int64 conversion, which AVX2 lacks. The finest grid's centre bounds are grown by
+    the centres of all bodies (a changer's too: the bounds may only be larger than needed).
+    Returns (changers, whether some centre is too far to hash)."""
+    cell = G.cell[0]
+    inv = G.inv[0]
+    lower = cell / f
+    bx = G.bits[0, 0]
+    by = G.bits[0, 1]
+    mx = (np.int64(1) << bx) - 1
+    my = (np.int64(1) << by) - 1
+    mz = (np.int64(1) << G.bits[0, 2]) - 1
+    sy = bx
+    sz = bx + by
+    lo_f = lo_new.reshape(-1)
+    hi_f = hi_new.reshape(-1)
+    # the bounds as order-preserving integer keys: integer minima and maxima vectorise,
+    # float ones do not (0.26 against 0.63 ms per 1e5 bodies)
+    big = np.int64(1) << 62
+    klo0 = klo1 = klo2 = big
+    khi0 = khi1 = khi2 = -big
+    changers = 0
+    far = 0
+    for i in range(out_cell.shape[0]):
+        j = 3 * i
+        a0, a1, a2 = lo_f[j], lo_f[j + 1], lo_f[j + 2]
+        b0, b1, b2 = hi_f[j], hi_f[j + 1], hi_f[j + 2]
+        size = max(b0 - a0, max(b1 - a1, b2 - a2))
+        ok = (size < cell) & ((size >= lower) | (size <= 0.0))
+        cx = 0.5 * (a0 + b0)
+        cy = 0.5 * (a1 + b1)
+        cz = 0.5 * (a2 + b2)
+        far |= max(abs(cx), max(abs(cy), abs(cz))) * inv > HASH_LIMIT
+        ix = np.float64(np.floor(cx * inv) + MAGIC).view(np.int64)
+        iy = np.float64(np.floor(cy * inv) + MAGIC).view(np.int64)
+        iz = np.float64(np.floor(cz * inv) + MAGIC).view(np.int64)
+        c = (ix & mx) | ((iy & my) << sy) | ((iz & mz) << sz)
+        out_cell[i] = c if ok else -1
+        changers += np.int64(not ok)
+        kx = _order_key(cx)
+        ky = _order_key(cy)
+        kz = _order_key(cz)
+        klo0 = min(klo0, kx)
+        klo1 = min(klo1, ky)
+        klo2 = min(klo2, kz)
+        khi0 = max(khi0, kx)
+        khi1 = max(khi1, ky)
+        khi2 = max(khi2, kz)
+    if not far and out_cell.shape[0]:
+        G.clo[0, 0] = min(G.clo[0, 0], _from_order_key(klo0))
+        G.clo[0, 1] = min(G.clo[0, 1], _from_order_key(klo1))
+        G.clo[0, 2] = min(G.clo[0, 2], _from_order_key(klo2))
+        G.chi[0, 0] = max(G.chi[0, 0], _from_order_key(khi0))
+        G.chi[0, 1] = max(G.chi[0, 1], _from_order_key(khi1))
+        G.chi[0, 2] = max(G.chi[0, 2], _from_order_key(khi2))
+    return changers, far
+
+
 @njit(cache=True)
 def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
     """Pass 1 of the incremental update (no mutation except grow-only centre bounds).
@@ -516,6 +596,11 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
     """
     finest = G.order[0]
     ng = G.n[0]
+    if ng == 1:
+        changers, far = _scan_one_grid(lo_new, hi_new, G, f, out_cell)
+        if not far:
+            return OK, -1, changers
+        # (a centre too far to hash: the loop below finds the first one)
     lower = np.empty(ng)  # per grid the lower suitability bound: one division per grid
     for g in range(ng):
         lower[g] = G.cell[g] / f
