@@ -707,36 +707,46 @@ def test_containers_catch_up_after_unqueried_updates():
         assert bp._b_grid[s] == g and bp._b_cell[s] == cell and bp._b_home[s] == cell
 
 
+@pytest.mark.parametrize("coarse", [0, 5])
 @pytest.mark.parametrize("scale", [10.0, 2.0**20, 2.0**49])
-def test_one_grid_update_scan_gives_the_cells_of_an_insert(scale):
-    """With one grid the update's scan takes a branch-free path (the cell coordinates' low bits
-    from the bits of ``floor(v) + 1.5 * 2**52``, the centre bounds as integer keys). Its cells
-    equal those an insert computes (``_cell_of``), for negative and positive centres up to
-    2**49 cells from the origin, a body that must change grid is marked -1, and the grid's
-    centre bounds come to hold every centre."""
+def test_update_scan_gives_the_cells_of_an_insert(scale, coarse):
+    """The update's scan takes the finest grid's bodies in a branch-free loop (the cell
+    coordinates' low bits from the bits of ``floor(v) + 1.5 * 2**52``, the centre bounds as
+    integer keys) and leaves the others (``coarse`` bodies of a coarser grid) to the general
+    loop. The cells equal those an insert computes (``_cell_of``), for negative and positive
+    centres up to 2**49 cells from the origin; a body that must change grid is marked -1; every
+    grid's centre bounds come to hold the centres of its bodies."""
     from parsim.broadphase import hashgrid_kernels as K
 
     rng = np.random.default_rng(29)
     n = 3000
     bp = hhg(activation_threshold=0)
     lo, hi = cubes(rng, n, 1.0, 50.0, offset=-25.0)
+    hi[:coarse] = lo[:coarse] + 6.0
     bp.add(np.arange(n), lo, hi)
     G = bp._G
-    assert int(G.n[0]) == 1
-    c = rng.uniform(-1.0, 1.0, (n, 3)) * scale * G.cell[0]
-    c[:8] = np.array([[0.0, -0.0, 1e-300]]) + np.arange(-4, 4)[:, None] * G.cell[0]  # at cell edges
-    half = np.full((n, 3), 0.5)
-    half[5] = 3.0                                    # too big for the grid: a changer
+    assert int(G.n[0]) == (2 if coarse else 1)
+    slots = bp.bodies.slots_of(np.arange(n))
+    grid = bp._b_grid[slots].astype(np.int64)
+    c = rng.uniform(-1.0, 1.0, (n, 3)) * scale * G.cell[G.order[0]]
+    c[coarse:coarse + 8] = (np.array([[0.0, -0.0, 1e-300]])
+                            + np.arange(-4, 4)[:, None] * G.cell[G.order[0]])  # cell edges
+    half = 0.5 * (hi - lo)[slots]
+    half[coarse + 5] = 3.0                          # too big for the finest grid: a changer
     new_cell = np.empty(n, dtype=np.int64)
-    status, _, changers = K.update_scan(np.arange(n, dtype=np.int64), c - half, c + half,
-                                        bp._b_grid, G, bp.hierarchy_factor, new_cell)
-    assert status == K.OK and changers == 1 and new_cell[5] == -1
-    bits = G.bits[0]
-    for i in range(n):
-        if i == 5:
-            continue
-        cx, cy, cz = 0.5 * ((c[i] - half[i]) + (c[i] + half[i]))
-        want = K._cell_of(cx, cy, cz, G.inv[0], bits[0], bits[1], bits[2])
-        assert new_cell[i] == want, (i, c[i].tolist(), int(new_cell[i]), int(want))
+    for order in (slots, slots[::-1].copy()):        # in stored order, and not
+        status, _, changers = K.update_scan(order, (c - half)[order], (c + half)[order],
+                                            bp._b_grid, G, bp.hierarchy_factor, new_cell)
+        assert status == K.OK and changers == 1
+        for k, i in enumerate(order):
+            if i == coarse + 5:
+                assert new_cell[k] == -1
+                continue
+            g = grid[i]
+            cx, cy, cz = 0.5 * ((c[i] - half[i]) + (c[i] + half[i]))
+            want = K._cell_of(cx, cy, cz, G.inv[g], G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
+            assert new_cell[k] == want, (i, c[i].tolist(), int(new_cell[k]), int(want))
     centres = 0.5 * ((c - half) + (c + half))
-    assert (G.clo[0] <= centres.min(axis=0)).all() and (G.chi[0] >= centres.max(axis=0)).all()
+    for g in np.unique(grid):
+        mine = centres[grid == g]
+        assert (G.clo[g] <= mine.min(axis=0)).all() and (G.chi[g] >= mine.max(axis=0)).all()
