@@ -526,11 +526,11 @@ MAGIC = 6755399441055744.0
 
 @njit(cache=True, error_model="numpy")
 def _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell):
-    """:func:`update_scan` for the bodies of the finest grid (most bodies in most scenes; their
-    grids in ``grid_of``, in the order of the batch), in a
-    loop LLVM vectorises: no branch, and the cell coordinates' low bits come from the bits of
-    ``floor(v) + MAGIC`` (the same integers as ``_coord`` below the hash limit) instead of a
-    float-to-int64 conversion, which AVX2 lacks. A body of another grid gets -1 here and is
+    """:func:`update_scan` for the bodies of the finest grid (most bodies in most scenes; the
+    grid of each body of the batch in ``grid_of``), in a loop LLVM vectorises: no branch, and
+    the cell coordinates' low bits come from the bits of ``floor(v) + MAGIC`` (the same
+    integers as ``_coord`` below the hash limit) instead of a float-to-int64 conversion,
+    which AVX2 lacks. A body of another grid gets -1 here and is
     left to the caller. The finest grid's centre bounds grow by every body's centre (the
     others' and the changers' too: the bounds may be larger than needed, never smaller).
     Returns (changers among the finest grid's bodies, whether one of their centres is too far

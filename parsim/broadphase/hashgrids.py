@@ -164,8 +164,10 @@ class HierarchicalHashGrid(BroadPhase):
         cap = self.bodies.capacity
         for name in ("_b_grid", "_b_cell", "_b_home", "_b_entry", "_dirty", "_listed"):
             old = getattr(self, name)
-            fill = -1 if name == "_b_grid" else 0
-            new = np.full(cap, fill, dtype=old.dtype)
+            if name == "_b_grid":
+                new = np.full(cap, -1, dtype=old.dtype)
+            else:  # (the flags must start clear: np.zeros, which, like np.empty, touches no page)
+                new = (np.zeros if name == "_listed" else np.empty)(cap, dtype=old.dtype)
             new[: old.shape[0]] = old
             setattr(self, name, new)
         old_c = self._C
