@@ -594,12 +594,13 @@ def _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell):
 
 
 @njit(cache=True)
-def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
+def update_scan(slots, every, lo_new, hi_new, b_grid, G, f, out_cell):
     """Pass 1 of the incremental update (no mutation except grow-only centre bounds).
 
     For each body: if its grid is still suitable, ``out_cell[i]`` = its new cell; else -1 (it must
-    change grid). Returns ``(status, i, changers)``: NOT_HASHABLE at the first body whose centre
-    is too far from the origin for its grid; the number of bodies marked -1.
+    change grid). ``every``: slots is 0, 1, ..., n - 1 (:func:`is_identity`). Returns
+    ``(status, i, changers)``: NOT_HASHABLE at the first body whose centre is too far from the
+    origin for its grid; the number of bodies marked -1.
     """
     finest = G.order[0]
     ng = G.n[0]
@@ -607,7 +608,7 @@ def update_scan(slots, lo_new, hi_new, b_grid, G, f, out_cell):
     # if any, or everything if a centre is too far to hash (it finds the first such body)
     n = slots.shape[0]
     # each body's grid in a contiguous array (a gather through slots stops the vectoriser)
-    grid_of = b_grid[:n] if n <= b_grid.shape[0] and is_identity(slots) else b_grid[slots]
+    grid_of = b_grid[:n] if every else b_grid[slots]
     changers, far, others = _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell)
     if not far and others == 0:
         return OK, -1, changers

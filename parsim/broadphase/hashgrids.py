@@ -383,14 +383,14 @@ class HierarchicalHashGrid(BroadPhase):
         if self._new_cell.shape[0] < slots.shape[0]:  # grows with the store, reused per call
             self._new_cell = np.empty(self.bodies.capacity, dtype=np.int64)
         new_cell = self._new_cell[: slots.shape[0]]
-        status, i, n_changers = K.update_scan(slots, lo, hi, self._b_grid, self._G,
+        every = slots.shape[0] == b.n and K.is_identity(slots)
+        status, i, n_changers = K.update_scan(slots, every, lo, hi, self._b_grid, self._G,
                                               self.hierarchy_factor, new_cell)
         if status != K.OK:
             self._raise_not_hashable(lo, hi, i)
         changers = np.flatnonzero(new_cell < 0) if n_changers else _NO_SLOTS
         if changers.size:
             grids = self._assign(lo, hi, changers, self._b_grid[slots[changers]])
-        every = slots.shape[0] == b.n and K.is_identity(slots)
         self._n_dirty = K.note_moves(slots, every, new_cell, lo, hi, b.lo, b.hi, self._b_cell,
                                      self._b_home, self._listed, self._dirty, self._n_dirty)
         if changers.size:

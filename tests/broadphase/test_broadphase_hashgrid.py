@@ -735,7 +735,8 @@ def test_update_scan_gives_the_cells_of_an_insert(scale, coarse):
     half[coarse + 5] = 3.0                          # too big for the finest grid: a changer
     new_cell = np.empty(n, dtype=np.int64)
     for order in (slots, slots[::-1].copy()):        # in stored order, and not
-        status, _, changers = K.update_scan(order, (c - half)[order], (c + half)[order],
+        status, _, changers = K.update_scan(order, bool(K.is_identity(order)),
+                                            (c - half)[order], (c + half)[order],
                                             bp._b_grid, G, bp.hierarchy_factor, new_cell)
         assert status == K.OK and changers == 1
         for k, i in enumerate(order):
