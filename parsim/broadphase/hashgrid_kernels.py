@@ -618,10 +618,8 @@ def update_scan(slots, every, lo_new, hi_new, b_grid, G, f, out_cell):
     lower = np.empty(ng)  # per grid the lower suitability bound: one division per grid
     for g in range(ng):
         lower[g] = G.cell[g] / f
-    # the finest grid's centre bounds in registers (a bound grown in memory for every body
-    # waits on the store of the body before: 0.12 of 0.66 ms for 1e5 bodies); others in memory
-    flo0, flo1, flo2 = G.clo[finest, 0], G.clo[finest, 1], G.clo[finest, 2]
-    fhi0, fhi1, fhi2 = G.chi[finest, 0], G.chi[finest, 1], G.chi[finest, 2]
+    # (the finest grid's bodies reach this loop only on the way to an error, so every grid's
+    # centre bounds are grown in memory here)
     status = OK
     bad = -1
     for i in range(slots.shape[0]):
@@ -641,20 +639,10 @@ def update_scan(slots, every, lo_new, hi_new, b_grid, G, f, out_cell):
                 bad = i
                 break
             out_cell[i] = _cell_of(cx, cy, cz, inv, G.bits[g, 0], G.bits[g, 1], G.bits[g, 2])
-            if g == finest:
-                flo0 = min(flo0, cx)
-                flo1 = min(flo1, cy)
-                flo2 = min(flo2, cz)
-                fhi0 = max(fhi0, cx)
-                fhi1 = max(fhi1, cy)
-                fhi2 = max(fhi2, cz)
-            else:
-                _grow_centre_bounds(G.clo, G.chi, g, cx, cy, cz)
+            _grow_centre_bounds(G.clo, G.chi, g, cx, cy, cz)
         else:
             out_cell[i] = -1
             changers += 1
-    G.clo[finest, 0], G.clo[finest, 1], G.clo[finest, 2] = flo0, flo1, flo2
-    G.chi[finest, 0], G.chi[finest, 1], G.chi[finest, 2] = fhi0, fhi1, fhi2
     return status, bad, changers
 
 

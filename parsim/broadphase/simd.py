@@ -14,9 +14,10 @@ overlap nothing: lo = +inf, hi = -inf) and masks the lanes past its run's end.
 
 ``overlap_mask4`` is the same test of four boxes. Most windows of the reference scenario hold
 one to three candidates; testing those four at a time took the detection step from 6.73-6.82 to
-6.53-6.58 ms (alternated three times, 2026-11-27, on an AMD EPYC of family 25 model 17, a Zen 4,
-which executes a 512-bit compare as two 256-bit halves, so eight lanes cost twice four). A third, two-wide size was slower (6.51-6.85).
-The detection takes it only where nearly every window is that short (see ``run_windows``).
+6.53-6.58 ms (alternated three times, 2026-11-27, on an AMD EPYC of family 25 model 17, a
+Zen 4, which executes a 512-bit compare as two 256-bit halves, so eight lanes cost twice four).
+A third, two-wide size was slower (6.51-6.85). The detection takes it only where nearly every
+window is that short (see ``run_windows``).
 """
 
 from __future__ import annotations
