@@ -11,9 +11,10 @@ per grid, a few per cent of the bodies).
 The 13 half neighbours of a cell are the next cell in its own row and three x cells in each of
 four rows (dy, dz) = (1, 0), (-1, 1), (0, 1), (1, 1). In a row of more than ``SHORT`` bodies the
 three cells are a window found in an x table of the row (first body at or after each x), built
-once per row for the two planes of rows in use; a shorter row is tested whole (its bodies in other
-cells cannot overlap: a body is smaller than its grid's cells). The windows are tested eight
-candidates at a time (``simd.overlap_mask8``). The hashed grids wrap (cell x = 0 is the +x
+once per row for the two planes of rows in use; in a shorter row the window's ends are counted
+from the x indices of its (at most eight) bodies by one vector compare each
+(``simd.count_below8``). The windows are tested eight candidates at a time
+(``simd.overlap_mask8``). The hashed grids wrap (cell x = 0 is the +x
 neighbour of x = 2**bx - 1); the wrap is handled at the two ends of a row.
 
 Same cell pairs as the thesis' cell-by-cell walk: each pair of neighbouring cells meets once, and
@@ -28,14 +29,14 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .hashgrid_kernels import ID_BITS, SCAN_COARSE_MAX, _coord
 from .prefetch import prefetch
-from .simd import LANES, overlap_mask4, overlap_mask8
+from .simd import LANES, count_below8, overlap_mask4, overlap_mask8
 
 #: the four rows of three x cells among the 13 half neighbours of a cell, as (dy, dz)
 ROW_DY = np.array([1, -1, 0, 1], dtype=np.int64)
 ROW_DZ = np.array([0, 1, 1, 1], dtype=np.int64)
 
-#: rows of cells holding at most this many bodies are tested whole (one masked vector test);
-#: longer rows through x windows
+#: in rows of cells holding at most this many bodies the x windows are counted (one vector
+#: compare of the row's x indices per window end); longer rows have x tables
 SHORT = LANES
 
 #: the most windows of one body: own row 2, forward rows 4 x 2, coarser grids 63 x 9 rows x 2
@@ -65,9 +66,9 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                     ptab, toff, ctab, out):
     """Every overlapping pair once (Algorithm 4), through bodies sorted into rows of cells.
 
-    Scratch, caller-owned and reused between calls: ``words``, ``tmp``, ``cid`` (int64) and
-    ``xs`` (int32) of at least ``n_slots`` entries; ``box`` float64[6, >= n_slots + LANES] (the
-    compact lo x, y, z, hi x, y, z); ``rows`` int64 and ``ptab`` int32 of the sizes
+    Scratch, caller-owned and reused between calls: ``words``, ``tmp``, ``cid`` (int64) of at
+    least ``n_slots`` entries, ``xs`` (int32) of ``n_slots + LANES``; ``box``
+    float64[6, >= n_slots + LANES] (the compact lo x, y, z, hi x, y, z); ``rows`` int64 and ``ptab`` int32 of the sizes
     ``table_sizes(G)``. After the sorts, row ``r`` of the grids (grid rank, then z, then y) holds
     compact entries ``rows[r] : rows[r + 1]``, sorted by the cells' x index ``xs``, with ids
     ``cid``. Writes id pairs (a < b) into ``out`` and returns their number; a number above
@@ -217,10 +218,11 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         """Test body ``a`` against the compact entries ``wlo[w] : whi[w]``, w < k, eight at a
         time, or, if ``narrow``, four at a time where a window holds at most four; write the
         overlapping pairs as ids (a < b). ``narrow``: every window is x cells of a long row of
-        the body's own grid, so that almost all hold four candidates or fewer. Elsewhere (rows
-        tested whole in sparse grids, coarse rows) the lengths vary, and the choice of width
-        cost more than it saved (more polydisperse scenario: 16.3-16.5 -> 18.3 ms with every
-        window eligible)."""
+        the body's own grid, so that almost all hold four candidates or fewer. Elsewhere (coarse
+        rows; short rows, tested whole until 2026-11-28) the lengths vary, and the choice of
+        width cost more than it saved (more polydisperse scenario: 16.3-16.5 -> 18.3 ms with
+        every window eligible). With the short rows' windows counted, letting them take the
+        choice too measured no gain (2026-11-28, very polydisperse, one process)."""
         n = st[0]
         over = st[1]
         l0 = LX[a]
@@ -268,30 +270,34 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
             n -= half
         return base + (xs[base] < x)
 
+    def first_in(t0, qs_, n_, lo_x, hi_x, t):
+        """The first entry at or after x = t of a row: from its x table (offset t0 >= 0, x run
+        lo_x to hi_x - 1), or for a short row (t0 < 0; start qs_, n_ entries) by a count."""
+        if t0 < 0:
+            return qs_ + count_below8(xs, qs_, n_, t)
+        return first_at(ptab, t0, lo_x, hi_x, t)
+
     def forward(k, x, mx, t0, qs_, qe_, lo_x, hi_x):
         """The windows of a body at x in one forward row (start qs_, end qe_, x table offset
         t0, -1 for a short row, x run lo_x to hi_x - 1) from window k on; returns the next k."""
-        if t0 < 0:
-            wlo[k] = qs_
-            whi[k] = qe_
-            return k + (qe_ > qs_)
-        p = first_at(ptab, t0, lo_x, hi_x, x - 1)
-        u = first_at(ptab, t0, lo_x, hi_x, x + 2)
+        n_ = qe_ - qs_
+        p = first_in(t0, qs_, n_, lo_x, hi_x, x - 1)
+        u = first_in(t0, qs_, n_, lo_x, hi_x, x + 2)
         wlo[k] = p
         whi[k] = u
         k += u > p
         if x == 0:  # x - 1 wraps to mx
-            wlo[k] = first_at(ptab, t0, lo_x, hi_x, mx)
+            wlo[k] = first_in(t0, qs_, n_, lo_x, hi_x, mx)
             whi[k] = qe_
             k += 1
         elif x == mx:  # x + 1 wraps to 0
             wlo[k] = qs_
-            whi[k] = first_at(ptab, t0, lo_x, hi_x, np.int64(1))
+            whi[k] = first_in(t0, qs_, n_, lo_x, hi_x, np.int64(1))
             k += 1
         return k
 
     # the own row (0) and the four forward rows: start, end, x table offset (-1: a short row,
-    # tested whole), first x and last x + 1
+    # its windows counted), first x and last x + 1
     qs = np.empty(5, dtype=np.int64)
     qe = np.empty(5, dtype=np.int64)
     qt = np.empty(5, dtype=np.int64)
@@ -365,13 +371,18 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                 for a in range(s0, s1):
                     x = np.int64(xs[a])
                     # own row: the rest of the cell and the +x cell (they follow a), and
-                    # across the wrap the x = 0 cell after x = mx; a short row: all after a
+                    # across the wrap the x = 0 cell after x = mx (in a short row the ends
+                    # counted; until 2026-11-28 a short row was tested whole: all after a)
                     # (a window is written always and kept if not empty: k += end > start,
                     # no branch; about half of the windows are empty)
                     wlo[0] = a + 1
                     if f0t < 0:
-                        whi[0] = s1
-                        k = np.int64(s1 > a + 1)
+                        whi[0] = s0 + count_below8(xs, s0, s1 - s0, x + 2)
+                        k = np.int64(whi[0] > a + 1)
+                        if x == mx:
+                            wlo[k] = s0
+                            whi[k] = s0 + count_below8(xs, s0, s1 - s0, np.int64(1))
+                            k += 1
                     else:
                         whi[0] = first_at(ptab, f0t, f0x0, f0x1, x + 2)
                         k = np.int64(whi[0] > a + 1)
@@ -379,7 +390,7 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                             wlo[k] = s0
                             whi[k] = first_at(ptab, f0t, f0x0, f0x1, np.int64(1))
                             k += 1
-                    # the four forward rows: three x cells each (a short row: all of it)
+                    # the four forward rows: three x cells each
                     k = forward(k, x, mx, f1t, f1s, f1e, f1x0, f1x1)
                     k = forward(k, x, mx, f2t, f2s, f2e, f2x0, f2x1)
                     k = forward(k, x, mx, f3t, f3s, f3e, f3x0, f3x1)
@@ -410,9 +421,17 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                                     q0 = rows[hr]
                                     q1 = rows[hr + 1]
                                     if q1 - q0 <= SHORT:
-                                        wlo[k] = q0
-                                        whi[k] = q1
-                                        k += 1
+                                        nq = q1 - q0
+                                        if cx0 <= cx1:
+                                            wlo[k] = q0 + count_below8(xs, q0, nq, cx0)
+                                            whi[k] = q0 + count_below8(xs, q0, nq, cx1 + 1)
+                                            k += whi[k] > wlo[k]
+                                        else:
+                                            wlo[k] = q0 + count_below8(xs, q0, nq, cx0)
+                                            whi[k] = q1
+                                            wlo[k + 1] = q0
+                                            whi[k + 1] = q0 + count_below8(xs, q0, nq, cx1 + 1)
+                                            k += 2
                                         continue
                                     to = toff[hr]
                                     if to != NO_TABLE:

@@ -136,9 +136,11 @@ class HierarchicalHashGrid(BroadPhase):
     def _new_scratch(n: int) -> tuple:
         """``find_pairs_rows``' scratch for ``n`` bodies: two key arrays of the sorts, the compact
         AABBs (six coordinate arrays, padded with eight boxes for the vector tests), the ids and
-        the cells' x index in compact order (84 bytes per body with the x tables below)."""
+        the cells' x index in compact order (84 bytes per body with the x tables below); the
+        coordinate and x index arrays have eight entries more, read by the vector tests and
+        counts past the end of a run."""
         return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((6, n + 8)),
-                np.empty(n, np.int64), np.empty(n, np.int32))
+                np.empty(n, np.int64), np.empty(n + 8, np.int32))
 
     def _new_tables(self, n_rows: int, n_xtab: int, n: int) -> tuple:
         """The detection's tables: first body of every row of cells, two planes of x tables,

@@ -76,6 +76,45 @@ def _codegen(LANES):
     return codegen
 
 
+def _count_below_typer(typingctx, xs, start, n, t):
+    if not (isinstance(xs, types.Array) and xs.ndim == 1 and xs.dtype == types.int32
+            and xs.layout == "C"):
+        return None
+    if not all(isinstance(v, types.Integer) for v in (start, n, t)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        vt = ir.VectorType(i32, LANES)
+        zeros = ir.Constant(vt, [0] * LANES)
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, signature.args[0], ary, [args[1]],
+                                       wraparound=False)
+        v = builder.load(builder.bitcast(ptr, vt.as_pointer()), align=4)
+
+        def splat(x, ty):
+            x = context.cast(builder, x, ty, types.int32)
+            e = builder.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(i32, 0))
+            return builder.shuffle_vector(e, ir.Constant(vt, ir.Undefined), zeros)
+
+        below = builder.icmp_signed("<", v, splat(args[3], signature.args[3]))
+        inside = builder.icmp_signed("<", ir.Constant(vt, list(range(LANES))),
+                                     splat(args[2], signature.args[2]))
+        bits = builder.bitcast(builder.and_(below, inside), ir.IntType(LANES))
+        cnt = builder.call(builder.module.declare_intrinsic("llvm.ctpop", [ir.IntType(LANES)]),
+                           [bits])
+        return builder.zext(cnt, ir.IntType(64))
+
+    return types.int64(xs, types.intp, types.int64, types.int64), codegen
+
+
+#: ``count_below8(xs, start, n, t)``: how many of ``xs[start : start + n]`` (n <= 8, int32,
+#: C-contiguous; ``xs[start + 7]`` must be inside the array, its lanes past ``n`` are ignored)
+#: are below ``t`` (which must fit in int32). In a run sorted by x, ``start + count_below8(...)``
+#: is the first entry at or after x = t: the x window of a row of at most eight bodies, from
+#: one vector compare.
+count_below8 = intrinsic(_count_below_typer)
+
 #: ``overlap_mask8(lx, ly, lz, hx, hy, hz, index, l0, l1, l2, h0, h1, h2)``: bit k set iff box
 #: ``index + k`` (``[lx, hx] x [ly, hy] x [lz, hz]``) overlaps the closed box
 #: ``[l0, h0] x [l1, h1] x [l2, h2]``; k = 0..7. NaN coordinates never overlap.

@@ -2,10 +2,11 @@
 
 The detection sorts the bodies into rows of cells; a row of more than ``SHORT`` bodies is searched
 through x tables (two planes at a time for the grid being swept, span-limited tables for the
-coarser grids that finer bodies probe, a binary search where those tables do not fit), a shorter
-row is tested whole, and the hashed grids wrap at both ends of every axis. The random-sequence
-tests elsewhere rarely fill a row beyond ``SHORT`` bodies; here every path is driven on purpose
-(and the test checks that it was), against the brute-force oracle.
+coarser grids that finer bodies probe, a binary search where those tables do not fit), in a
+shorter row the windows' ends are counted from the x indices, and the hashed grids wrap at both
+ends of every axis. The random-sequence tests elsewhere rarely fill a row beyond ``SHORT``
+bodies; here every path is driven on purpose (and the test checks that it was), against the
+brute-force oracle.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def test_coarse_grids_with_long_rows(tables):
 
 @pytest.mark.parametrize("big", [20.0, 150.0])
 def test_sparse_coarse_grid_and_short_rows(big):
-    # a sparse gas (rows of 0-3 bodies, tested whole) with 10 big bodies in a grid of their
+    # a sparse gas (rows of 0-3 bodies, windows counted) with 10 big bodies in a grid of their
     # own (at most SCAN_COARSE_MAX bodies: scanned against every finer body) and 300 mid-size
     # ones (probed); at 150 the big bodies overlap most of the others, the first and the last
     # of every run included
@@ -150,3 +151,48 @@ def test_sparse_coarse_grid_and_short_rows(big):
     bp.add(ids, lo, hi)
     assert bp.grid_info()["n_bodies"].tolist() == list(counts)
     check(bp, ids, lo, hi, "sparse")
+
+
+@pytest.mark.parametrize("coarse", [False, True])
+def test_short_rows_give_x_windows_across_the_wrap(coarse):
+    # a slab of ~1,000 bodies 4 units thick in x around 0, in a 16^3 grid that never grows:
+    # rows (z, y) hold ~4 bodies (at most SHORT: their windows are counted from the x indices),
+    # and the slab straddles the wrap of x (cells -2..1 hash to 14, 15, 0, 1), so the x = mx
+    # and x = 0 cells of a short row are neighbours, in the own row and in the forward rows.
+    # With ``coarse``, 60 bodies of twice the size form a grid of short rows that the fine
+    # bodies probe (over SCAN_COARSE_MAX bodies), whose x range wraps around 0 too.
+    from parsim.broadphase.hashgrid_detect import SHORT
+    from parsim.broadphase.hashgrid_kernels import SCAN_COARSE_MAX
+
+    rng = np.random.default_rng(9)
+    counts = (1000, 60) if coarse else (1000,)
+    sizes = (0.9, 1.8)[: len(counts)]
+    n = sum(counts)
+    c = np.column_stack([rng.uniform(-2, 2, n), rng.uniform(-10, 10, (n, 2))])
+    size = np.repeat(sizes, counts) * rng.uniform(0.9, 1.0, n)
+    lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
+    ids = rng.permutation(n).astype(np.int64) * 5 + 2
+    bp = hhg(initial_cells=16, min_grid_density=1e-6)
+    bp.add(ids, lo, hi)
+    info = bp.grid_info()
+    assert info["n_bodies"].tolist() == list(counts)
+    assert (info["dims"] == 16).all()
+    lengths = row_lengths(bp)
+    short_bodies = 0
+    for r, counts_r in lengths.items():
+        occupied = counts_r[counts_r > 0]
+        assert np.median(occupied) <= SHORT
+        short_bodies += occupied[occupied <= SHORT].sum()
+    assert short_bodies > 0.8 * n
+    xs = x_cells(bp, 0)
+    assert (xs == 0).any() and (xs == 15).any()
+    if coarse:
+        assert counts[1] > SCAN_COARSE_MAX
+        xc = x_cells(bp, 1)
+        assert (xc == 0).any() and (xc == 15).any()
+    check(bp, ids, lo, hi, f"short rows, coarse {coarse}")
+    for step in range(3):  # drift within the slab: bodies cross the wrap
+        c = c + rng.normal(0, 0.4, c.shape)
+        lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
+        bp.update(ids, lo, hi)
+        check(bp, ids, lo, hi, f"short rows, coarse {coarse}, step {step}")

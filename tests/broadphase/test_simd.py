@@ -1,12 +1,12 @@
 """The 8- and 4-wide AABB overlap tests: bit k says whether box ``index + k`` overlaps the query
-box."""
+box; and the 8-wide count of the x indices of a short run below a bound."""
 
 import numpy as np
 import pytest
 from numba import njit
 from numba.core.errors import TypingError
 
-from parsim.broadphase.simd import LANES, overlap_mask4, overlap_mask8
+from parsim.broadphase.simd import LANES, count_below8, overlap_mask4, overlap_mask8
 
 
 @njit(cache=True)
@@ -59,3 +59,35 @@ def test_strided_arrays_are_refused():
 
     with pytest.raises(TypingError):
         bad(np.zeros(32)[::2])
+
+
+@njit(cache=True)
+def _counts(xs, starts, lengths, bounds):
+    out = np.empty(starts.shape[0], dtype=np.int64)
+    for i in range(starts.shape[0]):
+        out[i] = count_below8(xs, starts[i], lengths[i], bounds[i])
+    return out
+
+
+def test_count_below_counts_the_run_only():
+    # runs of 0..8 entries at any alignment, bounds below, inside and above the values
+    # (negative ones too); the lanes past a run's length hold values that would count
+    rng = np.random.default_rng(11)
+    xs = rng.integers(-40, 300, 5000).astype(np.int32)
+    starts = rng.integers(0, xs.shape[0] - LANES + 1, 20000)
+    lengths = rng.integers(0, LANES + 1, starts.shape[0])
+    bounds = rng.integers(-50, 320, starts.shape[0])
+    got = _counts(xs, starts, lengths, bounds)
+    exp = [int(np.count_nonzero(xs[s: s + n] < t)) for s, n, t in zip(starts, lengths, bounds)]
+    assert got.tolist() == exp
+    assert _counts(xs, np.array([0]), np.array([8]), np.array([10**6]))[0] == 8
+    assert _counts(xs, np.array([0]), np.array([0]), np.array([10**6]))[0] == 0
+
+
+def test_count_below_refuses_other_than_int32():
+    @njit
+    def bad(a):
+        return count_below8(a, 0, 4, 1)
+
+    with pytest.raises(TypingError):
+        bad(np.zeros(32, dtype=np.int64))
