@@ -133,11 +133,17 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
     HZ = box[5]
     lo_flat = lo.reshape(lo.shape[0] * 3)
     hi_flat = hi.reshape(hi.shape[0] * 3)
+    # (prefetched: both ends of each 24-byte corner, which straddles two cache lines for a
+    # quarter of the slots, and the id; with the first lines only, and no id, the reference
+    # scenario's pairs() took 1.10x as long: three runs, alternated in one process, 2026-11-27)
     for j in range(m):
         if j + PF_GATHER < m:
             sp = tmp[j + PF_GATHER] & slot_mask
             prefetch(lo_flat, 3 * sp)
+            prefetch(lo_flat, 3 * sp + 2)
             prefetch(hi_flat, 3 * sp)
+            prefetch(hi_flat, 3 * sp + 2)
+            prefetch(ids, sp)
         w = tmp[j]
         s = w & slot_mask
         LX[j] = lo[s, 0]
@@ -219,10 +225,10 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         time, or, if ``narrow``, four at a time where a window holds at most four; write the
         overlapping pairs as ids (a < b). ``narrow``: every window is x cells of a long row of
         the body's own grid, so that almost all hold four candidates or fewer. Elsewhere (coarse
-        rows; short rows, tested whole until 2026-11-28) the lengths vary, and the choice of
+        rows; short rows, tested whole until 2026-11-27) the lengths vary, and the choice of
         width cost more than it saved (more polydisperse scenario: 16.3-16.5 -> 18.3 ms with
         every window eligible). With the short rows' windows counted, letting them take the
-        choice too measured no gain (2026-11-28, very polydisperse, one process)."""
+        choice too measured no gain (2026-11-27, very polydisperse, one process)."""
         n = st[0]
         over = st[1]
         l0 = LX[a]
@@ -372,7 +378,7 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                     x = np.int64(xs[a])
                     # own row: the rest of the cell and the +x cell (they follow a), and
                     # across the wrap the x = 0 cell after x = mx (in a short row the ends
-                    # counted; until 2026-11-28 a short row was tested whole: all after a)
+                    # counted; until 2026-11-27 a short row was tested whole: all after a)
                     # (a window is written always and kept if not empty: k += end > start,
                     # no branch; about half of the windows are empty)
                     wlo[0] = a + 1
