@@ -1,4 +1,5 @@
-"""An 8-wide AABB overlap test usable in numba kernels: ``overlap_mask8(...)``.
+"""An 8-wide AABB overlap test usable in numba kernels: ``overlap_mask8(...)``; and an 8-wide
+count of the x indices below a bound, for the windows of short rows: ``count_below8(...)``.
 
 The detection step tests one box against short runs of candidate boxes (a few bodies of three
 neighbouring cells). Scalar, each candidate costs a loop trip whose exit the branch predictor
