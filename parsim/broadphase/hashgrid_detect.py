@@ -283,6 +283,15 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
             return qs_ + count_below8(xs, qs_, n_, t)
         return first_at(ptab, t0, lo_x, hi_x, t)
 
+    def coarse_first(q0, q1, to, t):
+        """The first entry at or after x = t of the coarse row q0:q1 (not empty unless short):
+        counted in a short row, from its x table (offset ``to``) or by binary search."""
+        if q1 - q0 <= SHORT:
+            return q0 + count_below8(xs, q0, q1 - q0, t)
+        if to != NO_TABLE:
+            return first_at(ctab, to, np.int64(xs[q0]), np.int64(xs[q1 - 1]) + 1, t)
+        return lower(q0, q1, t)
+
     def forward(k, x, mx, t0, qs_, qe_, lo_x, hi_x):
         """The windows of a body at x in one forward row (start qs_, end qe_, x table offset
         t0, -1 for a short row, x run lo_x to hi_x - 1) from window k on; returns the next k."""
@@ -426,42 +435,15 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                                     hr = hrb + (((cz & hmz) << hby) | (cy & hmy))
                                     q0 = rows[hr]
                                     q1 = rows[hr + 1]
-                                    if q1 - q0 <= SHORT:
-                                        nq = q1 - q0
-                                        if cx0 <= cx1:
-                                            wlo[k] = q0 + count_below8(xs, q0, nq, cx0)
-                                            whi[k] = q0 + count_below8(xs, q0, nq, cx1 + 1)
-                                            k += whi[k] > wlo[k]
-                                        else:
-                                            wlo[k] = q0 + count_below8(xs, q0, nq, cx0)
-                                            whi[k] = q1
-                                            wlo[k + 1] = q0
-                                            whi[k + 1] = q0 + count_below8(xs, q0, nq, cx1 + 1)
-                                            k += 2
-                                        continue
                                     to = toff[hr]
-                                    if to != NO_TABLE:
-                                        fx = np.int64(xs[q0])
-                                        lx = np.int64(xs[q1 - 1]) + 1
-                                        if cx0 <= cx1:
-                                            wlo[k] = first_at(ctab, to, fx, lx, cx0)
-                                            whi[k] = first_at(ctab, to, fx, lx, cx1 + 1)
-                                            k += 1
-                                        else:
-                                            wlo[k] = first_at(ctab, to, fx, lx, cx0)
-                                            whi[k] = q1
-                                            wlo[k + 1] = q0
-                                            whi[k + 1] = first_at(ctab, to, fx, lx, cx1 + 1)
-                                            k += 2
-                                    elif cx0 <= cx1:
-                                        wlo[k] = lower(q0, q1, cx0)
-                                        whi[k] = lower(q0, q1, cx1 + 1)
-                                        k += 1
+                                    wlo[k] = coarse_first(q0, q1, to, cx0)
+                                    if cx0 <= cx1:
+                                        whi[k] = coarse_first(q0, q1, to, cx1 + 1)
+                                        k += whi[k] > wlo[k]
                                     else:  # the x range wraps: [cx0, mx] and [0, cx1]
-                                        wlo[k] = lower(q0, q1, cx0)
                                         whi[k] = q1
                                         wlo[k + 1] = q0
-                                        whi[k + 1] = lower(q0, q1, cx1 + 1)
+                                        whi[k + 1] = coarse_first(q0, q1, to, cx1 + 1)
                                         k += 2
                     run_windows(a, k, narrow)
         # a sparse coarser grid: its bodies against every finer body, which precede them
