@@ -391,20 +391,12 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                     # (a window is written always and kept if not empty: k += end > start,
                     # no branch; about half of the windows are empty)
                     wlo[0] = a + 1
-                    if f0t < 0:
-                        whi[0] = s0 + count_below8(xs, s0, s1 - s0, x + 2)
-                        k = np.int64(whi[0] > a + 1)
-                        if x == mx:
-                            wlo[k] = s0
-                            whi[k] = s0 + count_below8(xs, s0, s1 - s0, np.int64(1))
-                            k += 1
-                    else:
-                        whi[0] = first_at(ptab, f0t, f0x0, f0x1, x + 2)
-                        k = np.int64(whi[0] > a + 1)
-                        if x == mx:
-                            wlo[k] = s0
-                            whi[k] = first_at(ptab, f0t, f0x0, f0x1, np.int64(1))
-                            k += 1
+                    whi[0] = first_in(f0t, s0, s1 - s0, f0x0, f0x1, x + 2)
+                    k = np.int64(whi[0] > a + 1)
+                    if x == mx:
+                        wlo[k] = s0
+                        whi[k] = first_in(f0t, s0, s1 - s0, f0x0, f0x1, np.int64(1))
+                        k += 1
                     # the four forward rows: three x cells each
                     k = forward(k, x, mx, f1t, f1s, f1e, f1x0, f1x1)
                     k = forward(k, x, mx, f2t, f2s, f2e, f2x0, f2x1)

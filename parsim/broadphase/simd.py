@@ -31,6 +31,13 @@ from numba.extending import intrinsic
 LANES = 8
 
 
+def _splat(builder, vt, x):
+    """The vector of type ``vt`` with ``x`` in every lane."""
+    v = builder.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vt.count), [0] * vt.count)
+    return builder.shuffle_vector(v, ir.Constant(vt, ir.Undefined), zeros)
+
+
 def _overlap_codegen(lanes):
     """The typing and code of an overlap test of ``lanes`` boxes (see :func:`overlap_mask8`)."""
 
@@ -52,7 +59,6 @@ def _overlap_codegen(lanes):
 def _codegen(LANES):
     def codegen(context, builder, signature, args):
         vt = ir.VectorType(ir.DoubleType(), LANES)
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
         vecs = []
         for k in range(6):
             aryty = signature.args[k]
@@ -61,16 +67,11 @@ def _codegen(LANES):
                                            wraparound=False)
             vecs.append(builder.load(builder.bitcast(ptr, vt.as_pointer()), align=8))
 
-        def splat(x):
-            v = builder.insert_element(ir.Constant(vt, ir.Undefined), x,
-                                       ir.Constant(ir.IntType(32), 0))
-            return builder.shuffle_vector(v, ir.Constant(vt, ir.Undefined), zeros)
-
         mask = None
         for k in range(3):
             lo_b, hi_b = vecs[k], vecs[3 + k]
-            c = builder.and_(builder.fcmp_ordered("<=", splat(args[7 + k]), hi_b),
-                             builder.fcmp_ordered("<=", lo_b, splat(args[10 + k])))
+            c = builder.and_(builder.fcmp_ordered("<=", _splat(builder, vt, args[7 + k]), hi_b),
+                             builder.fcmp_ordered("<=", lo_b, _splat(builder, vt, args[10 + k])))
             mask = c if mask is None else builder.and_(mask, c)
         return builder.zext(builder.bitcast(mask, ir.IntType(LANES)), ir.IntType(64))
 
@@ -87,20 +88,15 @@ def _count_below_typer(typingctx, xs, start, n, t):
     def codegen(context, builder, signature, args):
         i32 = ir.IntType(32)
         vt = ir.VectorType(i32, LANES)
-        zeros = ir.Constant(vt, [0] * LANES)
         ary = context.make_array(signature.args[0])(context, builder, args[0])
         ptr = cgutils.get_item_pointer(context, builder, signature.args[0], ary, [args[1]],
                                        wraparound=False)
         v = builder.load(builder.bitcast(ptr, vt.as_pointer()), align=4)
 
-        def splat(x, ty):
-            x = context.cast(builder, x, ty, types.int32)
-            e = builder.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(i32, 0))
-            return builder.shuffle_vector(e, ir.Constant(vt, ir.Undefined), zeros)
-
-        below = builder.icmp_signed("<", v, splat(args[3], signature.args[3]))
+        t, n = (context.cast(builder, args[j], signature.args[j], types.int32) for j in (3, 2))
+        below = builder.icmp_signed("<", v, _splat(builder, vt, t))
         inside = builder.icmp_signed("<", ir.Constant(vt, list(range(LANES))),
-                                     splat(args[2], signature.args[2]))
+                                     _splat(builder, vt, n))
         bits = builder.bitcast(builder.and_(below, inside), ir.IntType(LANES))
         cnt = builder.call(builder.module.declare_intrinsic("llvm.ctpop", [ir.IntType(LANES)]),
                            [bits])
