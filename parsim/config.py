@@ -648,11 +648,12 @@ def _random_batch(sim, spec, t, count) -> int:
     _, obs_pos, obs_r = sim.bodies_near(rlo - margin, rhi + margin)
     seed = int(rng.integers(0, 2**31 - 1))
     centers = np.zeros((count, 3))
-    placed = _rsa(rlo, rhi, rb, obs_pos, obs_r, seed, spec["max_attempts"], centers)
-    if placed < count and spec["kind"] == "random":
-        raise t.err("count", f"only {placed} of {count} bodies fit in the region without overlap "
-                             f"after {spec['max_attempts']} attempts each; enlarge the region or "
-                             "lower the count")
+    give_up = spec["kind"] == "random"        # all bodies or an error: stop at the first miss
+    placed = _rsa(rlo, rhi, rb, obs_pos, obs_r, seed, spec["max_attempts"], centers, give_up)
+    if placed < count and give_up:
+        raise t.err("count", f"only the first {placed} of {count} bodies fit in the region "
+                             f"without overlap: the next found no room in {spec['max_attempts']} "
+                             "attempts; enlarge the region or lower the count")
     _place(sim, spec, t, centers[:placed], size[:placed], rng)
     return placed
 
@@ -748,9 +749,16 @@ def pour(sim: Simulation, rain: RainSchedule, t: _Table | None = None) -> int:
 
 
 @njit(cache=True)
-def _rsa(lo, hi, radii, obs_pos, obs_r, seed, attempts, out):
+def _rsa(lo, hi, radii, obs_pos, obs_r, seed, attempts, out, give_up=False):
     """Random sequential addition of balls of ``radii`` in the box [lo + r, hi - r], avoiding
-    each other and the obstacles; a uniform grid of cell 2 r_max makes each test O(1)."""
+    each other and the obstacles; a uniform grid of cell 2 r_max makes each test O(1).
+
+    ``give_up``: stop at the first ball that finds no room in ``attempts`` tries, for a
+    ``random`` generator, which then fails anyway. Going on took 13 s for 300,000 spheres in a
+    region that jams at a few thousand (200 tries for each of the ~292,000 that found no room),
+    and the count it reported (7,805 placed) was no count that works: asked for 7,805, the
+    same generator placed 6,917 and failed. Up to the first miss every ball fit; a count that
+    fits has no miss, so this changes no placement that succeeds."""
     np.random.seed(seed)
     n = radii.shape[0]
     rmax = radii.max()
@@ -822,6 +830,8 @@ def _rsa(lo, hi, radii, obs_pos, obs_r, seed, attempts, out):
             if ok:
                 break
         if not ok:
+            if give_up:
+                break
             continue
         for d in range(3):
             px[m, d] = x[d]

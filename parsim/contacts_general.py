@@ -16,7 +16,7 @@ from numba import njit, prange
 from .parallel import dual
 
 from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _with_rolling,
-                       contact_force, effective_mass, relative_shift)
+                       contact_force, effective_mass, pair_rows, relative_shift)
 from .narrowphase import WORK_SIZE, collide_into
 from .rows import row3, row4
 from .shapes import BOX, PLANE, SPHERE
@@ -70,7 +70,7 @@ def scratch(threads: int):
 
 def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass, position,
                         orientation, velocity, angular_velocity, image, table, box, dt,
-                        bounding_radius, shear, touching, pf, pta, ptb, live, update, t_normals,
+                        bounding_radius, shear, touching, pout, live, update, t_normals,
                         t_points, t_depths, t_work):
     """Like :func:`parsim.contacts.sphere_pair_forces` for the pairs ``sel`` that involve a box
     or a capsule. ``t_*`` are per-thread scratch buffers (:func:`scratch`)."""
@@ -83,7 +83,7 @@ def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass
         count += _general_chunk(sel, ch * size, min(sel.shape[0], (ch + 1) * size), pa, pb,
                                 hist, shape, params, flags, material, mass, position,
                                 orientation, velocity, angular_velocity, image, table, box, dt,
-                                bounding_radius, shear, touching, pf, pta, ptb, live, update,
+                                bounding_radius, shear, touching, pout, live, update,
                                 t_normals[ch], t_points[ch], t_depths[ch], t_work[ch])
     return count
 
@@ -91,8 +91,9 @@ def _general_pair_forces(sel, pa, pb, hist, shape, params, flags, material, mass
 @njit(cache=True)
 def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, mass, position,
                    orientation, velocity, angular_velocity, image, table, box, dt,
-                   bounding_radius, shear, touching, pf, pta, ptb, live, update, normals, points,
+                   bounding_radius, shear, touching, pout, live, update, normals, points,
                    depths, work):
+    pf, pta, ptb = pair_rows(pout)
     count = 0
     for q in range(q0, q1):
         p = sel[q]

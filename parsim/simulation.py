@@ -958,8 +958,8 @@ class Simulation:
         self.n_contacts = pick(sphere_pair_forces, n_sel)(
             sel, n_sel, sel_every, nl.pa, nl.pb, nl.hist, st.shape, st.params,
             st.flags, st.material, st.mass, st.position, st.velocity, st.angular_velocity,
-            st.image, self.table, self.box, self.dt, nl.shear, nl.touching, nl.pf, nl.pta,
-            nl.ptb, nl.live, update, summed, no, st.force, st.torque,
+            st.image, self.table, self.box, self.dt, nl.shear, nl.touching, nl.pout, nl.live,
+            update, summed, no, st.force, st.torque,
             not summed or self._has_global)
         if nl.general_idx.size:
             threads = numba.config.NUMBA_NUM_THREADS
@@ -969,15 +969,15 @@ class Simulation:
                 nl.general_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags,
                 st.material, st.mass, st.position, st.orientation, st.velocity,
                 st.angular_velocity, st.image, self.table, self.box, self.dt,
-                st.bounding_radius, nl.shear, nl.touching, nl.pf, nl.pta, nl.ptb, nl.live, update,
+                st.bounding_radius, nl.shear, nl.touching, nl.pout, nl.live, update,
                 *self._scratch)
         if summed:
             finish_sums(no, st.flags, st.mass, self.gravity, st.force, st.torque)
             nl.n_listed[0] = -1      # no rows kept (see accumulate)
         else:
             dense = 8 * self.n_contacts >= nl.n_pairs
-            pick(accumulate, no)(no, nl.ptr, nl.entry, nl.live, dense, nl.touched, nl.pf,
-                                 nl.pta, nl.ptb, st.flags, st.mass, self.gravity, st.force,
+            pick(accumulate, no)(no, nl.ptr, nl.entry, nl.live, dense, nl.touched, nl.pout,
+                                 st.flags, st.mass, self.gravity, st.force,
                                  st.torque, self._keep_rows and not self._has_global,
                                  nl.kept_gravity, nl.pa, nl.pb, nl.listed, nl.n_listed)
         if self._has_global:

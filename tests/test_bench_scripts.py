@@ -34,9 +34,9 @@ SMALLEST = {
     "bench_hhg_neighbours": (["--sizes", "1000"], "hhg_neighbours"),
     "bench_io": (["--quick", "--steps", "2", "--repeats", "1"], "io"),
     "bench_placement": (["--quick"], "placement"),
-    "bench_rain": (["--quick"], "rain"),
+    "bench_rain": (["--steps", "401", "--repeats", "1"], "rain"),      # two pours
     "bench_scaling": (["--quick", "--no-peers", "--no-wait", "--no-snapshot"], "scaling"),
-    "bench_setup": (["--quick", "--repeats", "1"], "setup"),
+    "bench_setup": (["--sizes", "1e5", "--repeats", "1"], "setup"),    # 1 and 2 ranks
 }
 
 

@@ -153,7 +153,7 @@ def test_rain_pours_batches_during_the_run(tmp_path):
     (("restitution = 0.5", "restitution = 1.5"), r"\[\[materials\]\]\[0\]: material 'glass': restitution = 1.5"),
     (("radius = 0.03", "radius = 0"), r"\[\[bodies\]\]\[0\]\.radius: = 0 is outside"),
     (('kind = "random"', 'kind = "spiral"'), r"\[\[bodies\]\]\[0\]\.kind: = 'spiral'; allowed: 'lattice'"),
-    (("count = 300", "count = 300000"), r"\[\[bodies\]\]\[0\]\.count: only \d+ of 300000 bodies fit"),
+    (("count = 300", "count = 300000"), r"\[\[bodies\]\]\[0\]\.count: only the first \d+ of 300000 bodies fit"),
     (("min = 0.5, max = 1.0", "min = 0.5, max = 0.1"), r"scale\.max: = 0.1 is outside"),
     (("region = [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]", "region = [[0.0, 0.0, 0.0], [1.0, 1.0, 3.0]]"),
      r"\[\[bodies\]\]\[0\]\.region: must lie inside the domain"),

@@ -276,9 +276,10 @@ def mpi_test_template(b, tmp_path, request):
 
 def rank_command(b, tmp_path, request):
     """Not run (the suite's own MPI session): every word of it is in the command that
-    scripts/run_tests.sh gives each rank (`<dir>` is its $1, `<r>` its $r)."""
+    scripts/run_tests.sh gives each rank (`<dir>` is its $1, `<r>` its $r, `<files>` the rest)."""
     script = (REPO / "scripts" / "run_tests.sh").read_text().replace('"', "")
-    words = b.text.replace("\\\n", " ").replace("<dir>", "$1").replace("<r>", "$r").split()
+    words = (b.text.replace("\\\n", " ").replace("<dir>", "$1").replace("<r>", "$r")
+             .replace("<files>", "${@:2}").split())
     assert words[0] == "python"
     for w in words[1:]:
         assert w in script, f"run_tests.sh does not pass {w}"

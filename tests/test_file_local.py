@@ -15,6 +15,7 @@ import pytest
 from parsim import config
 from parsim.bodies import GLOBAL
 from parsim.config import ConfigError, build
+from mpi_wait import quiet_barrier
 
 FIELDS = ("uid", "shape", "params", "position", "orientation", "velocity", "angular_velocity",
           "mass", "material", "flags", "wraps")
@@ -126,6 +127,7 @@ def test_rank_local_file_equals_the_serial_bodies(comm, tmp_path, monkeypatch):
         serial = (s.state(), s.next_uid)
         s.run(300)
         serial += (s.state(),)
+    quiet_barrier(comm)                # the others sleep while rank 0 runs alone
     parts = []
     read = config._read_bodies
     monkeypatch.setattr(config, "_read_bodies",

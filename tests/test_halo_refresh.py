@@ -14,6 +14,7 @@ import pytest
 import parsim
 from parsim import halo as H
 from test_joint_halves import _pile, _verdict, add_lattice
+from mpi_wait import quiet_barrier
 
 
 def _owners(sim):
@@ -104,6 +105,7 @@ def test_ranks_spheres_on_a_fixed_box_give_the_serial_bits(comm):
         s = build(None)
         s.run(400)
         ref = s.state()
+    quiet_barrier(comm)                # the others sleep while rank 0 runs alone
     sim = build(comm)
     sim.run(400)
     got = sim.state(gather=True)
@@ -155,6 +157,7 @@ def test_ranks_pruned_refresh_sends_less_and_gives_the_serial_bits(comm):
         s = _gas()
         s.run(300)
         ref = s.state()
+    quiet_barrier(comm)
     runs = []
     for pruning in (False, True):
         sim = _gas(comm, pruning)

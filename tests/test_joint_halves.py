@@ -19,6 +19,7 @@ import parsim
 from parsim import integrator as I
 from parsim.bodies import FIXED
 from parsim.shapes import BOX, SPHERE
+from mpi_wait import quiet_barrier
 
 FIRST = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "bounding_radius", "position",
          "orientation", "velocity", "angular_velocity", "force", "torque", "ref_position",
@@ -285,6 +286,7 @@ def test_ranks_joint_pass_bitwise(comm, periodic, box):
         s = _pile(comm=None, periodic=periodic, box=box)
         s.run(steps)
         ref = (s.state(), s.nl.builds)
+    quiet_barrier(comm)                # the others sleep while rank 0 runs alone
     sim = _pile(comm=comm, periodic=periodic, box=box)
     reductions = []
     reduce = sim.net.max
@@ -346,6 +348,7 @@ def test_ranks_stop_together_with_the_serial_state(comm):
         s = _pile(comm=None)
         _poison(s, uid=77, step=137)
         ref = (_fail(s, 400, False), s.state())
+    quiet_barrier(comm)
     sim = _pile(comm=comm)
     _poison(sim, uid=77, step=137)
     msg = _fail(sim, 400, False)

@@ -85,8 +85,8 @@ def test_dense_and_sparse_sums_give_the_same_bits_and_open_pairs_have_zero_rows(
         for dense in (False, True):          # the sparse pass marks the bodies itself
             f = np.full_like(st.force, np.nan)
             t = np.full_like(st.torque, np.nan)
-            accumulate[0](st.n_owned, nl.ptr, nl.entry, nl.live, dense, touched, nl.pf, nl.pta,
-                          nl.ptb, st.flags, st.mass, sim.gravity, f, t, False,
+            accumulate[0](st.n_owned, nl.ptr, nl.entry, nl.live, dense, touched, nl.pout,
+                          st.flags, st.mass, sim.gravity, f, t, False,
                           np.full(3, np.nan), nl.pa, nl.pb, np.empty((2, st.n_owned), np.int64),
                           np.full(1, -1))
             out[dense] = (f[: st.n_owned], t[: st.n_owned])
@@ -303,8 +303,7 @@ def test_sums_in_the_pair_sweep_equal_the_canonical_sums():
         f = np.full_like(slot.st.force, np.nan)
         t = np.full_like(slot.st.torque, np.nan)
         accumulate[0](no, slot.nl.ptr, slot.nl.entry, slot.nl.live, True,
-                      slot.nl.touched.copy(), slot.nl.pf, slot.nl.pta, slot.nl.ptb,
-                      slot.st.flags, slot.st.mass, slot.gravity, f, t, False, np.zeros(3),
+                      slot.nl.touched.copy(), slot.nl.pout, slot.st.flags, slot.st.mass, slot.gravity, f, t, False, np.zeros(3),
                       slot.nl.pa, slot.nl.pb, np.empty((2, no), np.int64), np.full(1, -1))
         assert np.array_equal(f[:no], slot.st.force[:no])
         assert np.array_equal(key.st.force[:no], slot.st.force[:no])

@@ -14,6 +14,7 @@ from parsim import config
 from parsim.config import _lattice_axis, build
 from parsim.decomposition import Decomposition
 from parsim.shapes import bounding_radius
+from mpi_wait import quiet_barrier
 
 CONFIG = """
 [simulation]
@@ -145,6 +146,7 @@ def test_rank_local_lattice_equals_the_serial_one(comm):
     data = tomllib.loads(CONFIG)
     one = build(data, comm=None).sim if comm.rank == 0 else None
     serial = one.state() if comm.rank == 0 else None
+    quiet_barrier(comm)                # the others sleep while rank 0 builds alone
     sim = build(data).sim
     mine = int(sim.st.n_owned)
     everyone = sim.state(gather=True)

@@ -22,6 +22,7 @@ from parsim import packing
 from parsim.bodies import GLOBAL
 from parsim.config import ConfigError, build, pour
 from parsim.shapes import PLANE, bounding_radius
+from mpi_wait import quiet_barrier
 
 CONFIG = """
 [simulation]
@@ -232,6 +233,7 @@ def test_permutation_is_a_bijection():
 @pytest.mark.mpi(min_size=2)
 def test_local_placement_equals_the_serial_one(comm, fine_cells):
     serial = _build(None).state() if comm.rank == 0 else None
+    quiet_barrier(comm)                # the others sleep while rank 0 builds alone
     sim = _build(comm)
     everyone = sim.state(gather=True)
     mine = int(sim.st.n_owned)

@@ -90,7 +90,7 @@ def _body_steps_by_hand(sim, steps: int) -> tuple[int, int]:
 def _leaving(comm="auto") -> parsim.Simulation:
     """Spheres shot out of an open domain one after another (outflow = "delete"), and a plane
     they do not touch (planes are kept by every rank)."""
-    sim = parsim.Simulation(dt=1e-4, gravity=(0, 0, -9.81), domain=((0, 0, 0), (1, 1, 1)),
+    sim = parsim.Simulation(dt=5e-4, gravity=(0, 0, -9.81), domain=((0, 0, 0), (1, 1, 1)),
                             outflow="delete", comm=comm)
     m = sim.add_material("g", density=2500.0, restitution=0.5, collision_time=1e-2)
     n = 12
@@ -107,7 +107,7 @@ def test_the_rate_counts_the_bodies_of_every_step():
     the start of each step, summed: equal to counting them step by step, while they leave."""
     sim = _leaving()
     n0 = sim.count_bodies()
-    by_hand, counted = _body_steps_by_hand(sim, 1500)
+    by_hand, counted = _body_steps_by_hand(sim, 300)
     assert sim.deleted > 0 and sim.count_bodies() < n0     # the count changed on the way
     assert counted == by_hand
 
@@ -117,7 +117,7 @@ def test_the_rate_counts_every_body_once_on_several_ranks(comm):
     """The same on several ranks: the ranks' counts add up to the bodies of each step, each
     plane once (planes are kept by every rank)."""
     sim = _leaving(comm)
-    by_hand, counted = _body_steps_by_hand(sim, 1500)
+    by_hand, counted = _body_steps_by_hand(sim, 300)
     deleted = sim.net.isum(sim.deleted)
     assert deleted > 0
     assert counted == by_hand
