@@ -499,7 +499,6 @@ def _place(sim, spec, t, centers, size, rng):
 
 
 def _generate(sim: Simulation, spec: dict, t: _Table) -> str | None:
-    rng = spec["rng"]
     kind = spec["kind"]
     if kind == "file":
         if sim.net.size > 1 and spec["path"].suffix != ".npz":

@@ -41,7 +41,7 @@ from .rows import row3
 from .bodies import FIXED
 from .materials import (MODE_RESTITUTION, P_GN, P_GT_RATIO, P_HERTZ, P_KN, P_KT_RATIO, P_MODE,
                         P_MU, P_MU_ROLL)
-from .shapes import PLANE, SPHERE
+from .shapes import PLANE
 
 #: history slots (tangential springs) per pair kind
 MAX_POINTS = 4

@@ -19,7 +19,7 @@ from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _with_r
                        contact_force, effective_mass, pair_rows, relative_shift)
 from .narrowphase import WORK_SIZE, collide_into
 from .rows import row3, row4
-from .shapes import BOX, PLANE, SPHERE
+from .shapes import BOX, PLANE
 
 
 @njit(cache=True, inline="always")

@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit
 
 from .rotation import quat_matrix
-from .shapes import BOX, CAPSULE, PLANE, SPHERE
+from .shapes import BOX, PLANE, SPHERE
 
 MAX_CONTACTS = 4
 #: length of the float64 scratch buffer of :func:`collide_into` (no allocation per call)

@@ -29,7 +29,7 @@ from numba import njit
 
 from .bodies import FIXED, GLOBAL, NO_SHIFT, REPLICATED, SHADOW
 from .broadphase import HierarchicalHashGrid
-from .contacts import MAX_POINTS, image_shift, relative_shift
+from .contacts import MAX_POINTS, relative_shift
 from .orders import group_order, key_ranks
 from .shapes import PLANE, SPHERE, compute_aabbs
 

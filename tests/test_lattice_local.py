@@ -12,7 +12,6 @@ import pytest
 import parsim
 from parsim import config
 from parsim.config import _lattice_axis, build
-from parsim.decomposition import Decomposition
 from parsim.shapes import bounding_radius
 from mpi_wait import quiet_barrier
 

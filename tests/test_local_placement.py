@@ -135,8 +135,6 @@ def test_local_placement_follows_the_free_room(fine_cells):
     """The small spheres avoid the rocks and boxes placed before them, and split between the
     halves of every axis as the free room does (within 5 standard deviations of a binomial;
     the free room measured by 200,000 random points)."""
-    from scipy.spatial import cKDTree
-
     s = _build(None).state()
     rb = bounding_radius(s["shape"], s["params"])
     order = np.argsort(s["uid"])
