@@ -55,6 +55,29 @@ def parsim_location() -> str:
     return os.path.dirname(spec.origin) if spec and spec.origin else "not importable"
 
 
+_COMPILED: set[tuple[str, str]] = set()
+
+
+def compile_first(py, env: dict, ranks: int) -> None:
+    """Before a script's first job of several ranks: compile parsim's kernels on one process
+    (once per interpreter and numba cache). Ranks compiling the same kernel into a cold cache
+    at once have crashed numba; ``parsim run`` and scripts/run_tests.sh compile first too. With
+    a warm cache this only loads them (~2 s)."""
+    key = (str(py), env.get("NUMBA_CACHE_DIR", ""))
+    if ranks < 2 or key in _COMPILED:
+        return
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import os, sys\n"                   # the tree the workers load (see use_repo)
+            f"if not os.environ.get('PYTHONPATH'): sys.path.insert(0, {repo!r})\n"
+            "from parsim import warmup\nwarmup.compile_kernels()")
+    r = subprocess.run([str(py), "-c", code], env=env, capture_output=True, text=True,
+                       timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"compiling parsim's kernels failed ({r.returncode}):\n"
+                           f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    _COMPILED.add(key)
+
+
 def machine_info(repo: str | None = None) -> dict:
     """CPU model and cores (lscpu), memory, OS, library versions, date, git state."""
     lscpu = _run(["lscpu"])

@@ -39,7 +39,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_common import machine_info, pyplot, text_table, write_report  # noqa: E402
+from bench_common import compile_first, machine_info, pyplot, text_table, write_report  # noqa: E402
 
 DEM = REPO / "scripts" / "bench_dem.py"
 
@@ -83,6 +83,7 @@ def run_lockstep(scenario: str, n_side: int, steps: int, warm: int, ranks: int) 
     """ms/step of the slowest of ``ranks`` single-rank runs joined once per step."""
     cmd = [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", __file__,
            "--lockstep-worker", scenario, str(n_side), str(steps), str(warm)]
+    compile_first(sys.executable, _env(), ranks)
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"lockstep worker failed: {p.stderr[-800:]}")

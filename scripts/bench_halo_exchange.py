@@ -150,7 +150,7 @@ def main() -> None:
         sizes = [int(x) for x in sys.argv[2].split(",")]
         _worker(sizes, int(sys.argv[3]), float(sys.argv[4]))
         return
-    from bench_common import machine_info, pyplot, text_table, write_report
+    from bench_common import compile_first, machine_info, pyplot, text_table, write_report
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[2])
@@ -168,6 +168,7 @@ def main() -> None:
         cmd = [mpiexec, "-n", str(p), str(py), "-m", "mpi4py", str(Path(__file__).resolve()),
                "--worker", ",".join(map(str, args.sizes)), str(args.repeats), str(args.budget)]
         print(" ".join(cmd), flush=True)
+        compile_first(py, env, p)
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
         line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
         if r.returncode or not line:

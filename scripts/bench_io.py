@@ -55,7 +55,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import machine_info, md_table, text_table  # noqa: E402
-from bench_common import use_repo  # noqa: E402
+from bench_common import compile_first, use_repo  # noqa: E402
 
 use_repo(REPO)  # measure this tree's parsim
 
@@ -229,6 +229,7 @@ def run_case(a, size: str, ranks: int, tmp: Path) -> dict:
            "--worker", json.dumps(case)]
     env = dict(os.environ)
     env.setdefault("NUMBA_CACHE_DIR", str(REPO / ".numba_cache"))
+    compile_first(py, env, ranks)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     for line in r.stdout.splitlines():

@@ -62,7 +62,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import machine_info, md_table, text_table  # noqa: E402
-from bench_common import use_repo  # noqa: E402
+from bench_common import compile_first, use_repo  # noqa: E402
 
 use_repo(REPO)  # measure this tree's parsim
 
@@ -224,6 +224,7 @@ def launch(case: dict, ranks: int, timeout: float = 900) -> dict:
            "--worker", json.dumps(case)]
     env = dict(os.environ)
     env.setdefault("NUMBA_CACHE_DIR", str(REPO / ".numba_cache"))
+    compile_first(py, env, ranks)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     for line in r.stdout.splitlines():

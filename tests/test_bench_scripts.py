@@ -40,20 +40,7 @@ SMALLEST = {
 }
 
 
-@pytest.fixture(scope="module")
-def kernels_compiled():
-    """Most scripts start 2-rank MPI jobs. With a cold numba cache both ranks would compile the
-    same kernels at once, which has crashed numba: compile them first, in this process, as
-    scripts/run_tests.sh does before its MPI sessions (with a warm cache this only loads them).
-    Only when this process uses the scripts' cache (``NUMBA_CACHE_DIR`` set)."""
-    if "NUMBA_CACHE_DIR" in os.environ:
-        from parsim import warmup
-
-        warmup.compile_kernels()
-
-
 @pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
-@pytest.mark.usefixtures("kernels_compiled")
 @pytest.mark.parametrize("script", sorted(SMALLEST))
 def test_benchmark_script_runs_and_writes_its_report(script, tmp_path):
     args, report = SMALLEST[script]
