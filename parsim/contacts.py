@@ -184,9 +184,11 @@ def _with_rolling(mu_r, fn, ra, rb, wa, wb, nx, ny, nz, tax, tay, taz, tbx, tby,
 @njit(cache=True, inline="always")
 def pair_rows(pout):
     """The views ``pf``, ``pta``, ``ptb`` (force on A, torques on A and B) of the per-pair rows
-    ``pout`` (n, 9), made inside the kernels: views made in Python are typed C-contiguous when
-    a list has 0 or 1 pairs and strided otherwise, and numba compiled every contact kernel for
-    both (15-30 s more of a cold start, 2026-11-28)."""
+    ``pout`` (n, 9): the one definition of the row layout, for the NeighbourList's numpy code
+    and inside the kernels. The kernels take ``pout`` and make the views themselves: views
+    passed from Python are typed C-contiguous when a list has 0 or 1 pairs and strided
+    otherwise, and numba compiled every contact kernel for both (15-30 s more of a cold start,
+    2026-11-28)."""
     return pout[:, 0:3], pout[:, 3:6], pout[:, 6:9]
 
 

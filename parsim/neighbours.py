@@ -29,7 +29,7 @@ from numba import njit
 
 from .bodies import FIXED, GLOBAL, NO_SHIFT, REPLICATED, SHADOW
 from .broadphase import HierarchicalHashGrid
-from .contacts import MAX_POINTS, relative_shift
+from .contacts import MAX_POINTS, pair_rows, relative_shift
 from .orders import group_order, key_ranks
 from .shapes import PLANE, SPHERE, compute_aabbs
 
@@ -183,9 +183,7 @@ class NeighbourList:
         ``live``. Invariant kept by every pair kernel: a pair that is not live has a zero row
         (so the sums may add it without testing ``live``)."""
         self.pout = np.zeros((npairs, 9))
-        self.pf = self.pout[:, 0:3]
-        self.pta = self.pout[:, 3:6]
-        self.ptb = self.pout[:, 6:9]
+        self.pf, self.pta, self.ptb = pair_rows(self.pout)   # the kernels' own views of it
         self.live = np.zeros(npairs, dtype=np.uint8)        # 1: the pair is in contact
 
     @property
