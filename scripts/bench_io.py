@@ -184,7 +184,7 @@ def worker(case: dict) -> None:
             ck_bytes = path.stat().st_size + dir_bytes(checkpoint.parts_dir(path))
         fresh = make_sim(dims, comm, size, bodies=False)
 
-        def read_restore():
+        def read_restore(fresh=fresh):
             data = checkpoint.read(path, bodies=False)
             checkpoint.restore(fresh, data)
             return fresh
