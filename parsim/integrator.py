@@ -347,11 +347,15 @@ def _kick_drift(m, dt, flags, inv_mass, x, v, f, x0, lo, hi, walled):
         r0 = p0 + dt * z0
         r1 = p1 + dt * z1
         r2 = p2 + dt * z2
-        z0, z1, z2 = (z0, z1, z2) if free else (v0, v1, v2)
-        r0, r1, r2 = (r0, r1, r2) if free else (p0, p1, p2)
-        v[j], v[j + 1], v[j + 2] = z0, z1, z2
-        x[j], x[j + 1], x[j + 2] = r0, r1, r2
-        s = ((r0 + r1) + r2) + ((z0 + z1) + z2)
+        # the kept values (a fixed body keeps its row) under other names: the bounds, the
+        # displacement and the speed below read the moved values r, z, which they count for
+        # movable bodies only (the same numbers); reading the kept ones there made LLVM's cost
+        # model leave the loop scalar for AMD targets (znver3/znver4; 1.5x slower, 2026-11-28)
+        y0, y1, y2 = (z0, z1, z2) if free else (v0, v1, v2)
+        k0, k1, k2 = (r0, r1, r2) if free else (p0, p1, p2)
+        v[j], v[j + 1], v[j + 2] = y0, y1, y2
+        x[j], x[j + 1], x[j + 2] = k0, k1, k2
+        s = ((k0 + k1) + k2) + ((y0 + y1) + y2)
         out = free & ((r0 < l0) | (r0 >= g0) | (r1 < l1) | (r1 >= g1) | (r2 < l2) | (r2 >= g2))
         nbad += np.int64((not math.isfinite(s)) | out)
         dx, dy, dz = r0 - x0[j], r1 - x0[j + 1], r2 - x0[j + 2]
@@ -383,9 +387,12 @@ def _kick_turn(m, dt, flags, shape, ii, w, tq, q):
         b0 = b0 + h * t0 * k
         b1 = b1 + h * t1 * k
         b2 = b2 + h * t2 * k
-        b0, b1, b2 = (b0, b1, b2) if sph else (a0, a1, a2)
-        w[j], w[j + 1], w[j + 2] = b0, b1, b2
-        nbad += np.int64(not math.isfinite((b0 + b1) + b2))
+        # kept rows under other names; the rotation takes the kicked b, as _turn_spheres (a
+        # body that is not a movable sphere keeps its q anyway): turning the kept values
+        # instead made LLVM leave the loop scalar for AMD targets (2026-11-28)
+        c0, c1, c2 = (b0, b1, b2) if sph else (a0, a1, a2)
+        w[j], w[j + 1], w[j + 2] = c0, c1, c2
+        nbad += np.int64(not math.isfinite((c0 + c1) + c2))
         n4 = 4 * i
         q0, q1, q2, q3 = q[n4], q[n4 + 1], q[n4 + 2], q[n4 + 3]
         t, s2 = _turned(b0, b1, b2, q0, q1, q2, q3, dt)
