@@ -411,6 +411,16 @@ def workstation(b, tmp_path, request):
     assert "is done already" in r.stdout
 
 
+def vectoriser_remarks(b, tmp_path, request):
+    """The command that prints LLVM's loop-vectoriser remarks: the joint pass's rotation loop is
+    vectorised for the target it names (znver3), no loop left as "not beneficial" (engine.md
+    says so; a numba or LLVM whose cost model decides otherwise fails here)."""
+    r = sh(b.text.strip(), tmp_path, timeout=300)
+    out = r.stdout + r.stderr
+    assert "vectorized loop" in out, out
+    assert "not beneficial" not in out, out
+
+
 # ---- the list -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Example:
@@ -442,6 +452,7 @@ EXAMPLES = {
         "tests/test_mpi_smoke.py (scripts/run_tests.sh runs that file in both)"),
     ("docs/development.md", 4): Example("python", "inspect_asm", inspect_asm),
     ("docs/engine.md", 0): Example("python", "parsim.Simulation(", engine_api),
+    ("docs/engine.md", 1): Example("sh", "pass-remarks", vectoriser_remarks),
     ("docs/output.md", 0): Example("", "format_version = 2", snapshot_layout),
     ("docs/output.md", 1): Example(
         "sh", "pvbatch", skip="renders a PNG with ParaView under xvfb-run, which this test "
