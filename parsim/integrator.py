@@ -237,19 +237,25 @@ def _kick_and_check(m, base, none, dt, flags, shape, inv_mass, x, v, f, ii, w, t
         u0 = v0 + h * f[j] * im
         u1 = v1 + h * f[j + 1] * im
         u2 = v2 + h * f[j + 2] * im
-        u0, u1, u2 = (u0, u1, u2) if free else (v0, v1, v2)
-        v[j], v[j + 1], v[j + 2] = u0, u1, u2
+        y0, y1, y2 = (u0, u1, u2) if free else (v0, v1, v2)
+        v[j], v[j + 1], v[j + 2] = y0, y1, y2
         k = ii[j]
         a0, a1, a2 = w[j], w[j + 1], w[j + 2]
         b0 = a0 + h * tq[j] * k
         b1 = a1 + h * tq[j + 1] * k
         b2 = a2 + h * tq[j + 2] * k
-        b0, b1, b2 = (b0, b1, b2) if free & sph else (a0, a1, a2)
-        w[j], w[j + 1], w[j + 2] = b0, b1, b2
+        kicked = free & sph
+        c0, c1, c2 = (b0, b1, b2) if kicked else (a0, a1, a2)
+        w[j], w[j + 1], w[j + 2] = c0, c1, c2
         p0, p1, p2 = x[j], x[j + 1], x[j + 2]
-        finite = (math.isfinite(p0) & math.isfinite(p1) & math.isfinite(p2)
-                  & math.isfinite(u0) & math.isfinite(u1) & math.isfinite(u2)
-                  & math.isfinite(b0) & math.isfinite(b1) & math.isfinite(b2))
+        # whether the kept values (y, c) are finite, from the two candidates of each and the
+        # same conditions as the selects: reading y and c here made LLVM's cost model leave the
+        # loop scalar for AMD targets (znver3/znver4, 2026-11-28; see _kick_drift)
+        fin_v = ((free & (math.isfinite(u0) & math.isfinite(u1) & math.isfinite(u2)))
+                 | (~free & (math.isfinite(v0) & math.isfinite(v1) & math.isfinite(v2))))
+        fin_w = ((kicked & (math.isfinite(b0) & math.isfinite(b1) & math.isfinite(b2)))
+                 | (~kicked & (math.isfinite(a0) & math.isfinite(a1) & math.isfinite(a2))))
+        finite = math.isfinite(p0) & math.isfinite(p1) & math.isfinite(p2) & fin_v & fin_w
         out = ((wa0 & ((p0 < lo0) | (p0 >= hi0))) | (wa1 & ((p1 < lo1) | (p1 >= hi1)))
                | (wa2 & ((p2 < lo2) | (p2 >= hi2))))
         g = 2 * (base + i)
