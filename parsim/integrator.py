@@ -216,6 +216,11 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
     return moved
 
 
+@njit(cache=True, inline="always")
+def _finite3(a, b, c):
+    return math.isfinite(a) & math.isfinite(b) & math.isfinite(c)
+
+
 @njit(cache=True, error_model="numpy")
 def _kick_and_check(m, base, none, dt, flags, shape, inv_mass, x, v, f, ii, w, tq, lo, hi,
                     walled):
@@ -251,11 +256,9 @@ def _kick_and_check(m, base, none, dt, flags, shape, inv_mass, x, v, f, ii, w, t
         # whether the kept values (y, c) are finite, from the two candidates of each and the
         # same conditions as the selects: reading y and c here made LLVM's cost model leave the
         # loop scalar for AMD targets (znver3/znver4, 2026-11-28; see _kick_drift)
-        fin_v = ((free & (math.isfinite(u0) & math.isfinite(u1) & math.isfinite(u2)))
-                 | (~free & (math.isfinite(v0) & math.isfinite(v1) & math.isfinite(v2))))
-        fin_w = ((kicked & (math.isfinite(b0) & math.isfinite(b1) & math.isfinite(b2)))
-                 | (~kicked & (math.isfinite(a0) & math.isfinite(a1) & math.isfinite(a2))))
-        finite = math.isfinite(p0) & math.isfinite(p1) & math.isfinite(p2) & fin_v & fin_w
+        fin_v = (free & _finite3(u0, u1, u2)) | (~free & _finite3(v0, v1, v2))
+        fin_w = (kicked & _finite3(b0, b1, b2)) | (~kicked & _finite3(a0, a1, a2))
+        finite = _finite3(p0, p1, p2) & fin_v & fin_w
         out = ((wa0 & ((p0 < lo0) | (p0 >= hi0))) | (wa1 & ((p1 < lo1) | (p1 >= hi1)))
                | (wa2 & ((p2 < lo2) | (p2 >= hi2))))
         g = 2 * (base + i)
