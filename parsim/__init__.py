@@ -27,6 +27,10 @@ def _isolate_numba_cache() -> None:
 
 _isolate_numba_cache()
 
+from . import numba_cache  # noqa: E402
+
+numba_cache.install()   # processes sharing the kernel cache save and load it under a lock
+
 from .simulation import OverlapWarning, Simulation, SimulationError  # noqa: E402
 
 __all__ = ["OverlapWarning", "Simulation", "SimulationError", "__version__"]

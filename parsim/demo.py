@@ -381,8 +381,8 @@ def run_demo(comm, bodies_per_rank: int, steps: int, structure: str = "Hierarchi
 def _warm_up(comm, structure: str) -> None:
     """Compile (or load from the numba cache) the structure's kernels before the timed run.
 
-    Rank 0 goes first and the others wait for it: several processes compiling the same kernel
-    into a cold cache at once have crashed numba; after rank 0, the others only load.
+    Rank 0 goes first and the others wait for it, then only load: one compile instead of one per
+    rank (before ``parsim.numba_cache``'s lock, concurrent saves of one kernel crashed numba).
     """
     def exercise():
         bp = make_structure(structure)

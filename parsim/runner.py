@@ -54,8 +54,9 @@ def timing_table(table: dict) -> str:
 def _prepare_ranks(net) -> None:
     """On several ranks one numba thread per rank (unless NUMBA_NUM_THREADS says otherwise).
     The kernels are compiled (or loaded) first by rank 0 alone, before the others load them
-    (concurrent cold-cache compiles crash numba), with a note when that takes long: a run's
-    timings never include compiling."""
+    (one compile instead of one per rank; the cache itself is safe to share, see
+    :mod:`parsim.numba_cache`), with a note when that takes long: a run's timings never include
+    compiling."""
     import os
 
     import numba

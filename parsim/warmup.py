@@ -1,8 +1,9 @@
 """Compile (or load from the cache) the kernels of a run in one process.
 
-Several ranks compiling the same numba kernel into a cold cache at once have crashed numba, so a
-parallel run lets rank 0 call :func:`compile_kernels` while the other ranks wait, after which
-every rank only loads compiled code. With a warm cache this takes about a second.
+A parallel run lets rank 0 call :func:`compile_kernels` while the other ranks wait, after which
+every rank only loads compiled code: one compile instead of one per rank (several ranks saving
+one kernel at once crashed numba before :mod:`parsim.numba_cache` locked the cache). With a warm
+cache this takes about a second.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@
 #   MPIEXEC         MPI launcher (default: the mpiexec next to $PYTHON, else the one on PATH)
 #   NUMBA_CACHE_DIR compiled-kernel cache (default: <repo>/.numba_cache)
 #   MPI_TIMEOUT     seconds before an MPI session counts as hung and is killed (default: 600)
+#   SERIAL_WORKERS  processes of the serial session (pytest-xdist; default: 2)
 # Extra arguments are passed to every pytest session (e.g. `-k query`).
 set -uo pipefail
 
@@ -86,9 +87,22 @@ echo "MPI library: $("$PYTHON" -m mpi4py --mpi-lib-version 2>&1 | head -n 1)"
 echo "NUMBA_CACHE_DIR=$NUMBA_CACHE_DIR"
 
 # ---- 1. serial session (also compiles and caches the kernels the serial tests use) ------------
-banner "serial: pytest tests"
+# On SERIAL_WORKERS processes (pytest-xdist; default 2, the cores of the CI machine; 1: one
+# process), whole test files to a worker (--dist loadfile: a file's module fixtures, such as the
+# real SLURM's daemons, start once). The workers share the numba cache: parsim.numba_cache locks
+# its index and data files, so two workers saving one kernel cannot corrupt it.
+workers="${SERIAL_WORKERS:-2}"
+xdist=()
+if ((workers > 1)); then
+    if "$PYTHON" -c "import xdist" 2>/dev/null; then
+        xdist=(-n "$workers" --dist loadfile)
+    else
+        echo "(pytest-xdist is not installed: the serial session runs in one process)"
+    fi
+fi
+banner "serial: pytest ${xdist[*]+${xdist[*]} }tests"
 start="$(now)"
-"$PYTHON" -m pytest tests --junitxml="$work/serial.xml" "$@"
+"$PYTHON" -m pytest ${xdist[@]+"${xdist[@]}"} tests --junitxml="$work/serial.xml" "$@"
 rc=$?
 if ((rc == 5)); then
     echo "!! serial: pytest collected no tests (exit 5)"
