@@ -72,7 +72,10 @@ def install() -> bool:
     def wrap(method, exclusive):
         @functools.wraps(method)
         def locked(self, *args, **kwargs):
-            with _locked(self._cache_path, exclusive):
+            where = getattr(self, "_cache_path", None)
+            if not isinstance(where, str):   # another numba layout: as numba alone
+                return method(self, *args, **kwargs)
+            with _locked(where, exclusive):
                 return method(self, *args, **kwargs)
         locked._parsim_locked = True
         return locked

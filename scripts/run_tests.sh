@@ -9,7 +9,7 @@
 #   MPIEXEC         MPI launcher (default: the mpiexec next to $PYTHON, else the one on PATH)
 #   NUMBA_CACHE_DIR compiled-kernel cache (default: <repo>/.numba_cache)
 #   MPI_TIMEOUT     seconds before an MPI session counts as hung and is killed (default: 600)
-#   SERIAL_WORKERS  processes of the serial session (pytest-xdist; default: 2)
+#   SERIAL_WORKERS  processes of the serial session (pytest-xdist; a number or auto; default: 2)
 # Extra arguments are passed to every pytest session (e.g. `-k query`).
 set -uo pipefail
 
@@ -92,8 +92,12 @@ echo "NUMBA_CACHE_DIR=$NUMBA_CACHE_DIR"
 # real SLURM's daemons, start once). The workers share the numba cache: parsim.numba_cache locks
 # its index and data files, so two workers saving one kernel cannot corrupt it.
 workers="${SERIAL_WORKERS:-2}"
+if ! [[ "$workers" =~ ^[0-9]+$ || "$workers" == auto ]]; then
+    echo "run_tests.sh: SERIAL_WORKERS must be a number of processes or 'auto', got '$workers'" >&2
+    exit 1
+fi
 xdist=()
-if ((workers > 1)); then
+if [[ "$workers" == auto ]] || ((workers > 1)); then
     if "$PYTHON" -c "import xdist" 2>/dev/null; then
         xdist=(-n "$workers" --dist loadfile)
     else
