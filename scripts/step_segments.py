@@ -1,0 +1,109 @@
+"""Where a step's time goes on each rank, between its two meeting points with the other ranks.
+
+Runs bench_scaling's weak-scaling gas (S1w: ``n_side``^3 spheres per rank, tiled once per rank
+along x) and timestamps every call of the shadow refresh and of the end-of-step check, the two
+places where a rank may wait for another. Prints, per rank, the mean / median / p10 / p90 in
+microseconds of:
+
+* joint pass: from the end of a check to the next refresh (the joint second + first half of two
+  steps, and Python);
+* forces: from the end of a refresh to the next check (the contact phase);
+* refresh: the shadow refresh (local copies on one rank; pack, exchange and unpack on several,
+  waiting for the neighbour included);
+* check: the end-of-step check (its reduction waits for the slowest rank).
+
+Compare one rank with two: the segments that grow are work running slower, the meeting points
+that grow are waiting. Steps with a rebuild are not counted (they refresh nothing)::
+
+    NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/step_segments.py
+    NUMBA_CACHE_DIR=.numba_cache .venv/bin/mpiexec -n 2 .venv/bin/python scripts/step_segments.py
+
+Results of 2026-11-28 are in docs/benchmarks/scaling.md (update of 06:25-07:00 UTC).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+importlib.import_module("parsim")   # first: it sets MPICH's defaults before mpi4py loads
+import bench_scaling  # noqa: E402
+
+REFRESH, CHECK = 0, 1
+
+
+def segments(events: np.ndarray) -> dict:
+    """Durations in us of the four segments from (kind, start, end) rows in call order."""
+    kind, t0, t1 = events[:, 0], events[:, 1], events[:, 2]
+    a, b = slice(None, -1), slice(1, None)
+    after_refresh = (kind[a] == REFRESH) & (kind[b] == CHECK)
+    after_check = (kind[a] == CHECK) & (kind[b] == REFRESH)
+    return {
+        "joint pass": 1e6 * (t0[b] - t1[a])[after_check],
+        "forces": 1e6 * (t0[b] - t1[a])[after_refresh],
+        "refresh": 1e6 * (t1 - t0)[kind == REFRESH],
+        "check": 1e6 * (t1 - t0)[kind == CHECK],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n-side", type=int, default=20, help="spheres per rank: n_side^3")
+    ap.add_argument("--warm", type=int, default=2000, help="untimed steps first")
+    ap.add_argument("--steps", type=int, default=3000, help="timed steps")
+    a = ap.parse_args()
+
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    p = comm.Get_size()
+    case = {"scenario": "S1w", "n_side": a.n_side, "tiles": [p, 1, 1], "blocks": [p, 1, 1]}
+    sim, n = bench_scaling.build(case, comm)
+    sim.run(a.warm)
+    events = np.zeros((2 * a.steps + 16, 3))
+    count = [0]
+
+    def stamped(name, kind):
+        inner = getattr(sim, name)
+
+        def call(*args, **kwargs):
+            t = time.perf_counter()
+            out = inner(*args, **kwargs)
+            i = count[0]
+            if i < events.shape[0]:
+                events[i] = (kind, t, time.perf_counter())
+                count[0] = i + 1
+            return out
+        setattr(sim, name, call)
+
+    stamped("_refresh_shadows", REFRESH)
+    stamped("_check", CHECK)
+    comm.Barrier()
+    t0 = time.perf_counter()
+    sim.run(a.steps)
+    wall = time.perf_counter() - t0
+    rows = comm.gather(segments(events[: count[0]]), root=0)
+    if comm.Get_rank():
+        return
+    print(f"S1w, {n:,} spheres on {p} rank(s) ({a.n_side}^3 per rank), {a.steps} steps after "
+          f"{a.warm}: {1e3 * wall / a.steps:.3f} ms/step")
+    print(f"{'rank':>4}  {'segment':<11} {'steps':>6} {'mean':>7} {'median':>7} {'p10':>7} "
+          f"{'p90':>7}  (us)")
+    for r, seg in enumerate(rows):
+        for name, d in seg.items():
+            if d.size == 0:
+                print(f"{r:>4}  {name:<11} {0:>6}")
+                continue
+            print(f"{r:>4}  {name:<11} {d.size:>6} {d.mean():7.1f} {np.median(d):7.1f} "
+                  f"{np.percentile(d, 10):7.1f} {np.percentile(d, 90):7.1f}")
+
+
+if __name__ == "__main__":
+    main()
