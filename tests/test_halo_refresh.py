@@ -124,7 +124,7 @@ def _gas(comm=None, pruning=True):
                             skin=0.05, comm=comm)
     sim.halo.pruning = pruning
     sim.add_material("g", density=1000.0, restitution=0.7, collision_time=1e-3, friction=0.3)
-    add_lattice(sim, 8, 0.08, (0.1, 0.2), 4.0, seed=7)
+    add_lattice(sim, 8, 0.04, (0.1, 0.2), 4.0, seed=7)   # gaps >= 0.42 > 2 x 0.2: no overlap
     return sim
 
 
