@@ -381,8 +381,7 @@ def run_demo(comm, bodies_per_rank: int, steps: int, structure: str = "Hierarchi
 def _warm_up(comm, structure: str) -> None:
     """Compile (or load from the numba cache) the structure's kernels before the timed run.
 
-    Rank 0 goes first and the others wait for it, then only load: one compile instead of one per
-    rank (before ``parsim.numba_cache``'s lock, concurrent saves of one kernel crashed numba).
+    Rank 0 goes first and the others wait for it, then only load (see :mod:`parsim.warmup`).
     """
     def exercise():
         bp = make_structure(structure)

@@ -421,7 +421,7 @@ class Halo:
 
 def warm_up() -> None:
     """Compile (or load) this module's kernels in this process. Launchers call it before
-    starting several ranks on a cold cache: one compile instead of one per rank."""
+    starting several ranks on a cold cache (see :mod:`parsim.warmup`)."""
     st = BodyStorage(16)
     slots = np.zeros(1, dtype=np.int64)
     buf = np.zeros((1, STATE_WIDTH))

@@ -60,9 +60,9 @@ _COMPILED: set[tuple[str, str]] = set()
 
 def compile_first(py, env: dict, ranks: int) -> None:
     """Before a script's first job of several ranks: compile parsim's kernels on one process
-    (once per interpreter and numba cache). Ranks compiling the same kernel into a cold cache
-    at once have crashed numba; ``parsim run`` and scripts/run_tests.sh compile first too. With
-    a warm cache this only loads them (~2 s)."""
+    (once per interpreter and numba cache): one compile instead of one per rank, and no
+    compiling inside a timed run (``parsim run`` and scripts/run_tests.sh compile first too).
+    With a warm cache this only loads them (~2 s)."""
     key = (str(py), env.get("NUMBA_CACHE_DIR", ""))
     if ranks < 2 or key in _COMPILED:
         return

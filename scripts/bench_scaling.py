@@ -306,7 +306,7 @@ class Launcher:
         return out
 
     def warm_up(self) -> None:
-        """Compile every kernel in one process (concurrent cold-cache builds crash numba): a
+        """Compile every kernel in one process (once, not once per rank): a
         one-rank run of a small bed, then the halo kernels that only multi-rank runs use."""
         case = {"scenario": "S2b", "n_side": 20, "tiles": [1, 1, 1], "blocks": [1, 1, 1],
                 "steps": 5}

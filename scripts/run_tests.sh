@@ -119,8 +119,8 @@ else
 fi
 
 # ---- 2. warm-up: compile the kernels the MPI tests use, on one process ------------------------
-# Several ranks compiling the same numba kernel into a cold cache at once have crashed; after
-# this, every rank only loads from the cache.
+# One compile instead of one per rank (the cache itself is safe to share: parsim/numba_cache.py);
+# after this, every rank only loads from the cache.
 banner "warm-up: compile kernels on one process"
 start="$(now)"
 if "$PYTHON" - <<'EOF'
