@@ -13,7 +13,14 @@ microseconds of:
 * check: the end-of-step check (its reduction waits for the slowest rank).
 
 Compare one rank with two: the segments that grow are work running slower, the meeting points
-that grow are waiting. Steps with a rebuild are not counted (they refresh nothing)::
+that grow are waiting. Steps with a rebuild are not counted (they refresh nothing).
+
+On several ranks a second table splits each meeting point (the ranks' n-th refresh, the n-th
+check) into the wait for the last rank to arrive and what follows that arrival (the message's
+latency, and for the refresh the unpacking and local copies after it), from ``perf_counter``
+stamps that all ranks of one machine read from the same clock (``CLOCK_MONOTONIC``); across
+nodes the split is meaningless. For the refresh on more than two ranks "the last rank" is the
+last of all, not of the neighbours::
 
     NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/step_segments.py
     NUMBA_CACHE_DIR=.numba_cache .venv/bin/mpiexec -n 2 .venv/bin/python scripts/step_segments.py
@@ -53,6 +60,21 @@ def segments(events: np.ndarray) -> dict:
     }
 
 
+def meetings(per_rank: list[np.ndarray]) -> dict:
+    """For each meeting kind, (wait, after) in us per rank: ``wait`` from the rank's arrival to
+    the last rank's arrival at the same (n-th) meeting, ``after`` from that arrival to the
+    rank's exit. ``per_rank``: each rank's (kind, start, end) rows in call order."""
+    out = {}
+    for kind, name in ((REFRESH, "refresh"), (CHECK, "check")):
+        rows = [e[e[:, 0] == kind] for e in per_rank]
+        m = min(r.shape[0] for r in rows)
+        if m == 0:
+            continue
+        last = np.max([r[:m, 1] for r in rows], axis=0)
+        out[name] = [(1e6 * (last - r[:m, 1]), 1e6 * (r[:m, 2] - last)) for r in rows]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-side", type=int, default=20, help="spheres per rank: n_side^3")
@@ -89,7 +111,9 @@ def main() -> None:
     t0 = time.perf_counter()
     sim.run(a.steps)
     wall = time.perf_counter() - t0
-    rows = comm.gather(segments(events[: count[0]]), root=0)
+    mine = events[: count[0]]
+    rows = comm.gather(segments(mine), root=0)
+    stamps = comm.gather(mine, root=0)
     if comm.Get_rank():
         return
     print(f"S1w, {n:,} spheres on {p} rank(s) ({a.n_side}^3 per rank), {a.steps} steps after "
@@ -103,6 +127,16 @@ def main() -> None:
                 continue
             print(f"{r:>4}  {name:<11} {d.size:>6} {d.mean():7.1f} {np.median(d):7.1f} "
                   f"{np.percentile(d, 10):7.1f} {np.percentile(d, 90):7.1f}")
+    if p == 1:
+        return
+    print("meeting points: wait = until the last rank arrives, after = from then to the exit")
+    print(f"{'rank':>4}  {'meeting':<8} {'wait mean':>9} {'median':>7} {'after mean':>10} "
+          f"{'median':>7} {'p10':>7} {'p90':>7}  (us)")
+    for name, per in meetings(stamps).items():
+        for r, (wait, after) in enumerate(per):
+            print(f"{r:>4}  {name:<8} {wait.mean():9.1f} {np.median(wait):7.1f} "
+                  f"{after.mean():10.1f} {np.median(after):7.1f} {np.percentile(after, 10):7.1f} "
+                  f"{np.percentile(after, 90):7.1f}")
 
 
 if __name__ == "__main__":

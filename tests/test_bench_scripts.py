@@ -32,6 +32,7 @@ SMALLEST = {
     "bench_dem": (["--quick", "--peers"], "dem"),
     "bench_halo_exchange": (["--repeats", "1"], "halo_exchange"),
     "bench_hhg_neighbours": (["--sizes", "1000"], "hhg_neighbours"),
+    "bench_latency": (["--gaps", "0", "30", "--iters", "50", "--repeats", "1"], "latency"),
     "bench_io": (["--quick", "--steps", "2", "--repeats", "1"], "io"),
     "bench_placement": (["--quick"], "placement"),
     "bench_rain": (["--steps", "401", "--repeats", "1"], "rain"),      # two pours
