@@ -7,6 +7,7 @@ import csv
 import importlib.util
 import math
 import os
+import sys
 from pathlib import Path
 
 import h5py
@@ -20,6 +21,7 @@ from parsim.runner import run_config
 from mpi_wait import quiet_bcast
 
 REPO = Path(__file__).resolve().parents[1]
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
 _spec = importlib.util.spec_from_file_location("analyze_run", REPO / "scripts" / "analyze_run.py")
 analyze_run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(analyze_run)
@@ -324,10 +326,36 @@ def test_bodies_per_rank_match_the_ranks_counts(comm, mpi_tmp_path):
     assert per_rank == counts
 
 
-def test_rank_counts_of_a_run_restarted_on_other_ranks():
-    """The rank counts of a run started on 2 ranks and restarted on 1 read '2 -> 1 rank(s)'
-    (the summary said '2 rank(s)'; the load is now taken over each snapshot's own ranks, checked
-    by hand on such a run: [2000], max/mean 1.000 at the last snapshot instead of [2000, 0],
-    2.000)."""
+def test_ranks_text_of_runs_restarted_on_other_ranks():
     assert analyze_run._ranks_text(np.array([2, 2, 1, 1])) == "2 -> 1 rank(s)"
     assert analyze_run._ranks_text(np.array([4])) == "4 rank(s)"
+    assert analyze_run._ranks_text(np.array([1, 2, 2, 4])) == "1 -> 2 -> 4 rank(s)"
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason="needs the mpiexec next to the interpreter")
+def test_load_of_a_run_restarted_on_other_ranks(tmp_path):
+    """A run of the gas on 2 ranks (spawned mpiexec) to step 200, restarted serially to 300: the
+    summary reads '2 -> 1 rank(s)', and the load of each snapshot is taken over its own ranks
+    (the last one [960], max/mean 1.000; it read [960, 0], 2.000, before 2026-11-27)."""
+    import subprocess
+
+    from parsim.runner import restart
+
+    cfg = tmp_path / "gas.toml"
+    cfg.write_text(GAS)
+    env = dict(os.environ, NUMBA_CACHE_DIR=os.path.abspath(
+        os.environ.get("NUMBA_CACHE_DIR", REPO / ".numba_cache")))
+    r = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "mpi4py", "-m", "parsim",
+                        "run", str(cfg), "--output", str(tmp_path / "run"), "--steps", "200",
+                        "--checkpoint-every", "100"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint_0000000200.h5"
+    assert restart(str(ckpt), None, 300, stream=QUIET) == 0
+    res = analyze_run.analyze(tmp_path / "run", quiet=True)
+    assert res["snap_ranks"].tolist() == [2, 2, 2, 1]
+    per_rank = res["per_rank"].tolist()
+    assert per_rank[-1] == [960, 0] and all(a > 0 and b > 0 and a + b == 960
+                                            for a, b in per_rank[:3])
+    assert "2 -> 1 rank(s)" in res["summary"]
+    assert "at the last snapshot [960] (sum 960); max/mean: last 1.000" in res["summary"]

@@ -177,7 +177,10 @@ def test_the_api_refuses_booleans_and_strings_as_material_numbers():
                {"density": 2500.0, "restitution": 0.5, "collision_time": np.bool_(True)}):
         with pytest.raises(ValueError, match="must be a number"):
             sim.add_material("m", **kw)
-    sim.add_material("m", np.float32(2500.0), restitution=np.int64(1), collision_time=1e-3)
+    m = sim.add_material("m", np.float32(2500.0), restitution=np.int64(1), collision_time=1e-3)
+    # numpy numbers are numbers: stored as Python floats with their values
+    assert (m.density, m.restitution, m.collision_time) == (2500.0, 1.0, 1e-3)
+    assert type(m.density) is float and type(m.restitution) is float
 
 
 def test_unreadable_and_invalid_files(tmp_path):

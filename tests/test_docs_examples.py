@@ -456,8 +456,8 @@ EXAMPLES = {
     ("docs/output.md", 0): Example("", "format_version = 2", snapshot_layout),
     ("docs/output.md", 1): Example(
         "sh", "pvbatch", skip="renders a PNG with ParaView under xvfb-run, which this test "
-        "environment lacks; tests/test_decomposition.py's check_xdmf opens the XDMF with pvbatch "
-        "where it is installed"),
+        "environment lacks; test_paraview_opens_the_output_of_two_ranks in "
+        "tests/test_decomposition.py opens the XDMF with pvbatch where it is installed"),
     ("docs/output.md", 2): Example("python", "run.checkpoints", reader_api),
     ("docs/output.md", 3): Example("sh", "parsim restart", checkpoint_commands),
     ("jobs/README.md", 0): Example(

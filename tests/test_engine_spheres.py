@@ -254,10 +254,12 @@ def test_stability_guard_and_override():
     sim.add_sphere((0, 0, 0), 0.5, m)
     with pytest.raises(parsim.SimulationError, match=r"dt = 0.001 s exceeds 0.1 x the smallest"):
         sim.run(1)
-    sim = parsim.Simulation(dt=1e-3, allow_large_dt=True)
+    sim = parsim.Simulation(dt=1e-3, allow_large_dt=True, gravity=(0, 0, -9.81))
     m = sim.add_material("m", density=1000.0, restitution=0.8, collision_time=1e-3)
     sim.add_sphere((0, 0, 0), 0.5, m)
-    sim.run(1)
+    sim.run(1)                             # the override lets the same step run
+    assert sim.step_count == 1
+    assert sim.state()["velocity"][0, 2] == pytest.approx(-9.81e-3)
 
 
 def test_outflow_error_names_uid_and_step_and_delete_counts():

@@ -43,7 +43,10 @@ def _shadows_match(sim, rows=None) -> str | None:
     owners = _owners(sim)
     st = sim.st
     turning = sim.halo.turning
-    for j in _read(sim) if rows is None else rows:
+    rows = _read(sim) if rows is None else rows
+    if len(rows) == 0:
+        return "no shadow to compare (no candidate pair reads one)"
+    for j in rows:
         p, v, w, q = owners[int(st.uid[j])]
         fields = [("position", st.position[j], p), ("velocity", st.velocity[j], v),
                   ("angular velocity", st.angular_velocity[j], w)]
@@ -113,7 +116,7 @@ def test_ranks_spheres_on_a_fixed_box_give_the_serial_bits(comm):
     if comm.rank == 0:
         ok = ok and all(np.array_equal(np.asarray(got[k]).view(np.uint8),
                                        np.asarray(ref[k]).view(np.uint8)) for k in ref)
-    _verdict(comm, comm.bcast(ok, root=0), f"{comm.size} ranks differ from the serial run")
+    _verdict(comm, ok, f"{comm.size} ranks differ from the serial run, or a shadow turns")
 
 
 def _gas(comm=None, pruning=True):

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import extras
 from parsim.io import open_run
 from parsim.runner import run_config
 
@@ -257,10 +258,10 @@ def slurm(tmp_path):
     """slurmctld + slurmd (+ munged) on this machine, with a private config; stopped after."""
     missing = [b for b in SLURM_BINS if not (shutil.which(b) or Path("/usr/sbin", b).exists())]
     if missing:
-        pytest.skip(f"SLURM not installed ({', '.join(missing)} missing): apt-get install "
-                    "slurm-wlm munge (.ci/run does)")
+        extras.missing(f"SLURM not installed ({', '.join(missing)} missing): apt-get install "
+                       "slurm-wlm munge (.ci/run does)")
     if os.geteuid() != 0:
-        pytest.skip("starting slurmd needs root")
+        extras.missing("starting slurmd needs root")
     d = tmp_path / "slurm"
     (d / "state").mkdir(parents=True)
     (d / "spool").mkdir()

@@ -125,15 +125,27 @@ def compare(ref, got) -> str | None:
     return None
 
 
+#: the ranks of the MPI sessions of scripts/run_tests.sh (checked against it below)
+SESSIONS = (2, 4, 8)
+
+
+def in_session(n: int, size: int) -> bool:
+    """Whether the session on ``size`` ranks runs the layouts of ``n`` ranks: each layout runs
+    once, in the smallest session it fits (more than ``size // 2`` ranks, at most ``size``; the
+    smallest session also takes the 1-rank layouts, which no session ran from 2026-11-28 02:30
+    to 09:30)."""
+    lo = 0 if size <= SESSIONS[0] else size // 2
+    return lo < n <= size
+
+
 def run_layouts(comm, layouts, steps, **kw):
-    """Run the scene on each (ranks, blocks) layout of this session (more than ``size // 2``
-    ranks, at most ``size``); [(layout, verdict)] on every rank, verdict None when the bits
-    equal the serial run's."""
+    """Run the scene on each (ranks, blocks) layout of this session (:func:`in_session`);
+    [(layout, verdict)] on every rank, verdict None when the bits equal the serial run's."""
     ref = serial_reference(comm, steps, **kw)
     quiet_barrier(comm)                     # the other ranks sleep while rank 0 runs alone
     verdicts = []
     for n, blocks in layouts:
-        if not comm.size // 2 < n <= comm.size:
+        if not in_session(n, comm.size):
             continue
         sub = comm.Split(0 if comm.rank < n else 1, comm.rank)
         msg = None
@@ -173,8 +185,23 @@ def test_rank_count_invariance_bitwise(comm, periodic):
     gives bit-identical positions, velocities, orientations and wraps."""
     verdicts = run_layouts(comm, LAYOUTS, 500, periodic=periodic)
     failed = [(layout, msg) for layout, msg in verdicts if msg is not None]
-    assert len(verdicts) >= 2
+    assert [layout for layout, _ in verdicts] == [x for x in LAYOUTS if in_session(x[0], comm.size)]
+    assert len(verdicts) >= (3 if comm.size == 2 else 2)   # 2 ranks: (1, 1, 1) and two of 2
     assert not failed, failed
+
+
+def test_every_layout_runs_in_exactly_one_mpi_session():
+    """Serial: with the sessions scripts/run_tests.sh starts, each layout of the rank-count
+    tests runs in one session exactly (the 1-rank layout ran in none for seven hours)."""
+    import re
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "run_tests.sh").read_text()
+    found = re.search(r"^for n in ([\d ]+); do", script, re.M)
+    sizes = tuple(int(x) for x in found.group(1).split())
+    assert sizes == SESSIONS
+    for n in sorted({x[0] for x in LAYOUTS} | {2, 3, 4, 8}):
+        assert sum(in_session(n, size) for size in sizes) == 1, n
 
 
 @pytest.mark.mpi(min_size=2)

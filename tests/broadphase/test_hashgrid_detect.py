@@ -134,10 +134,12 @@ def test_coarse_grids_with_long_rows(tables):
 
 @pytest.mark.parametrize("big", [20.0, 150.0])
 def test_sparse_coarse_grid_and_short_rows(big):
-    # a sparse gas (rows of 0-3 bodies, windows counted) with 10 big bodies in a grid of their
+    # a sparse gas (rows of 1-12 bodies, nine in ten at most SHORT: windows counted; the
+    # probed mid-size grid's rows all short) with 10 big bodies in a grid of their
     # own (at most SCAN_COARSE_MAX bodies: scanned against every finer body) and 300 mid-size
     # ones (probed); at 150 the big bodies overlap most of the others, the first and the last
     # of every run included
+    from parsim.broadphase.hashgrid_detect import SHORT
     from parsim.broadphase.hashgrid_kernels import SCAN_COARSE_MAX
 
     rng = np.random.default_rng(8)
@@ -150,6 +152,10 @@ def test_sparse_coarse_grid_and_short_rows(big):
     bp = hhg()
     bp.add(ids, lo, hi)
     assert bp.grid_info()["n_bodies"].tolist() == list(counts)
+    lengths = row_lengths(bp)
+    fine = lengths[0][lengths[0] > 0]
+    assert (fine <= SHORT).mean() > 0.9 and ((fine >= 2) & (fine <= SHORT)).any()  # counted
+    assert lengths[1].max() <= SHORT                   # the probed grid: short rows only
     check(bp, ids, lo, hi, "sparse")
 
 
