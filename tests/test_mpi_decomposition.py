@@ -204,6 +204,25 @@ def test_every_layout_runs_in_exactly_one_mpi_session():
         assert sum(in_session(n, size) for size in sizes) == 1, n
 
 
+def test_mpi_sessions_find_every_file_with_mpi_tests():
+    """Serial: scripts/run_tests.sh hands the MPI sessions the test files that contain the text
+    '@pytest.mark.mpi'; a file marking its tests otherwise (``pytestmark = pytest.mark.mpi``,
+    an alias) would run in no session, and only be skipped in the serial one."""
+    import re
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    script = (tests.parent / "scripts" / "run_tests.sh").read_text()
+    assert "grep -rl --include='test_*.py' -e '@pytest.mark.mpi' tests" in script
+    odd = []
+    for path in sorted(tests.rglob("test_*.py")):
+        text = path.read_text()
+        marks = re.findall(r"^(.*)\bmark\.mpi\b", text, re.M)
+        if marks and not any(m.strip() == "@pytest." for m in marks):
+            odd.append(path.name)
+    assert odd == []
+
+
 @pytest.mark.mpi(min_size=2)
 def test_ownership_conserved_under_fast_crossings(comm):
     """Fast bodies (10 m/s rms per axis: a block width every ~2000 steps) cross block faces,
