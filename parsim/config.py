@@ -570,10 +570,23 @@ def _lattice(sim, spec, t, rlo, rhi) -> str | None:
         u = np.stack([randoms.uniform(key, index, 0, _S_JITTER + k) for k in range(3)], 1)
         centers = centers + spec["jitter"] * (2.0 * u - 1.0)
     clear = _clear_of_bodies(sim, centers, rb)
+    index, centers, size, rb = index[clear], centers[clear], size[clear], rb[clear]
+    if sim.net.size > 1:
+        # bodies too large for the blocks are global: every rank passes them (the ranks that
+        # computed one send it to all; a point several ranks computed comes once). Until
+        # 2026-11-28 such a lattice ran on one rank and stopped with an error on several.
+        big = rb > sim.global_radius
+        rec = np.zeros(int(big.sum()), dtype=_GENERATED)
+        rec["ordinal"], rec["position"] = index[big], centers[big]
+        rec["size"][:, : size.shape[1]] = size[big]
+        shared = sim.net.allgather_records(rec, _GENERATED)
+        shared = shared[np.unique(shared["ordinal"], return_index=True)[1]]
+        index = np.concatenate([shared["ordinal"], index[~big]])
+        centers = np.concatenate([shared["position"].reshape(-1, 3), centers[~big]])
+        size = np.concatenate([shared["size"][:, : size.shape[1]], size[~big]])
     before = sim.count_bodies()
     first = sim.next_uid
-    _add_generated(sim, spec, t, key, first + index[clear], index[clear], centers[clear],
-                   size[clear])
+    _add_generated(sim, spec, t, key, first + index, index, centers, size, shared_global=True)
     sim._next_uid = first + int(np.prod(counts))      # the lattice's whole uid range
     left_out = int(np.prod(counts)) - (sim.count_bodies() - before)
     if left_out:

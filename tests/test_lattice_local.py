@@ -162,6 +162,74 @@ def test_rank_local_lattice_equals_the_serial_one(comm):
     assert sim.next_uid == next_uid == 286      # the lattices' whole uid ranges
 
 
+BIG = """
+[simulation]
+dt = 1e-5
+steps = 10
+seed = 5
+
+[domain]
+lo = [0.0, 0.0, 0.0]
+hi = [1.0, 0.6, 0.5]
+periodic = [true, true, false]
+walls = true
+
+[[materials]]
+name = "m"
+density = 1000.0
+restitution = 0.5
+collision_time = 1e-3
+
+[[bodies]]              # a few spheres of radius 0.14: wider than a quarter of any block
+kind = "lattice"
+shape = "sphere"
+radius = 0.02
+scale = { distribution = "choice", values = [1.0, 7.0], weights = [1, 1] }
+spacing = 0.3
+random_velocity = 2.0
+region = [[0.0, 0.0, 0.0], [1.0, 0.6, 0.3]]
+
+[[bodies]]              # small ones around them (those that would overlap are left out)
+kind = "lattice"
+shape = "sphere"
+radius = 0.02
+spacing = 0.06
+random_velocity = 2.0
+region = [[0.0, 0.0, 0.0], [1.0, 0.6, 0.5]]
+"""
+
+
+@pytest.mark.mpi(min_size=2)
+def test_rank_local_lattice_with_global_bodies_equals_the_serial_one(comm):
+    """A lattice whose bodies include some too large for the blocks: on several ranks they are
+    global bodies (every rank passes them); the bodies, and 300 steps of them colliding with
+    the rest, are the serial run's bits. (On several ranks this stopped with "larger than the
+    blocks allow for a body added by one rank alone" until 2026-11-28: found by a fuzzer.)"""
+    from parsim.bodies import GLOBAL
+
+    data = tomllib.loads(BIG)
+    serial = []
+    if comm.rank == 0:
+        one = build(data, comm=None).sim
+        serial.append(one.state())
+        one.run(300)
+        serial.append(one.state())
+    quiet_barrier(comm)                # the others sleep while rank 0 runs alone
+    sim = build(data).sim
+    st = sim.st
+    n_global = int(np.count_nonzero(st.flags[: st.n_owned] & GLOBAL))
+    got = [sim.state(gather=True)]
+    sim.run(300)
+    got.append(sim.state(gather=True))
+    found = None
+    if comm.rank == 0:
+        found = [[k for k in FIELDS if k != "flags" and not np.array_equal(a[k], b[k])]
+                 for a, b in zip(serial, got)]
+    found = comm.bcast(found, root=0)
+    assert comm.allgather(n_global) == [n_global] * comm.size and n_global >= 1
+    assert found == [[], []]
+
+
 @pytest.mark.mpi(min_size=2)
 def test_rank_local_add_keeps_each_body_once(comm):
     """Simulation.add_spheres(uids=...): ranks pass overlapping sets; each body is kept by its
