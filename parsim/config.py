@@ -779,7 +779,10 @@ def _rsa(lo, hi, radii, obs_pos, obs_r, seed, attempts, out, give_up=False):
     cell = 2.0 * rmax
     dims = np.empty(3, dtype=np.int64)
     for d in range(3):
-        dims[d] = max(1, min(256, int((hi[d] - lo[d]) / cell) + 1))
+        # cells no smaller than 2 r_max, so that the 27 around a ball hold every ball it can
+        # touch (with "+ 1" here they were smaller, and two balls two cells apart could be
+        # placed overlapping: found by a fuzzer, 2026-11-28)
+        dims[d] = max(1, min(256, int((hi[d] - lo[d]) / cell)))
     cell_of = np.empty(3)
     for d in range(3):
         cell_of[d] = (hi[d] - lo[d]) / dims[d]
