@@ -268,6 +268,20 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
             sim.add_material(name, **kw)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{src}: [[materials]][{i}]: {e}") from None
+    # every pair of materials must mix (a config has no per-pair settings); said here, with the
+    # file and the entries, rather than by the first step, which named neither (until
+    # 2026-11-28: "... set their pair with set_interaction(a, b, ...)", an API call)
+    for j, b in enumerate(sim.materials):
+        for i, a in enumerate(sim.materials[:j]):
+            if a.model != b.model or a.mode != b.mode:
+                what = (f"contact models ({a.model} and {b.model})" if a.model != b.model else
+                        "parameter forms (one stiffness and damping, the other restitution and "
+                        "collision_time)")
+                raise ConfigError(
+                    f"{src}: [[materials]][{i}] ({a.name!r}) and [[materials]][{j}] "
+                    f"({b.name!r}) have different {what}, and a config cannot set how such a "
+                    "pair interacts: give every material the same model and the same form (a "
+                    "script can set the pair with Simulation.set_interaction)")
     first = sim.materials[0].name
     if box_walls and not restart:
         wall_mat = first

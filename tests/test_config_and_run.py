@@ -186,6 +186,16 @@ def test_rain_pours_batches_during_the_run(tmp_path):
     (("density = 2500.0", 'density = "2500"'), r"\[\[materials\]\]\[0\]\.density: must be a number, got '2500'"),
     (("restitution = 0.5", "restitution = 0.5\nrolling_fricton = 0.1"), r"unknown field\(s\) rolling_fricton \(allowed: .*rolling_friction"),
     (("[[materials]]", "[materials]"), r"\[materials\] must be an array of tables: write \[\[materials\]\]"),
+    # materials that do not mix: said with the file and entries before anything runs (until
+    # 2026-11-28 the first step raised "set their pair with set_interaction(a, b, ...)")
+    (("[[bodies]]", '[[materials]]\nname = "steel"\ndensity = 7800.0\nstiffness = 1e5\n'
+      'damping = 10.0\n\n[[bodies]]'), r"x.toml: \[\[materials\]\]\[0\] \('glass'\) and "
+     r"\[\[materials\]\]\[1\] \('steel'\) have different parameter forms .* give every material "
+     r"the same model and the same form"),
+    (("[[bodies]]", '[[materials]]\nname = "rubber"\ndensity = 1100.0\nstiffness = 1e7\n'
+      'damping = 10.0\nmodel = "hertz"\n\n[[bodies]]'),
+     r"\('glass'\) and \[\[materials\]\]\[1\] \('rubber'\) have different contact models "
+     r"\(hooke and hertz\)"),
 ])
 def test_config_errors_name_the_field(edit, message):
     with pytest.raises(ConfigError, match=message):
