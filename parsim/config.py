@@ -365,6 +365,10 @@ def _distribution(t: _Table, key: str):
         sig = d.number("sigma", low=0.0)
         a = d.number("min", med * 1e-3, low=0.0, low_open=True)
         b = d.number("max", med * 1e3, low=a)
+        if not a <= med <= b:        # half the sizes or more would sit on a bound
+            raise d.err("median", f"= {med!r} lies outside [min, max] = [{a!r}, {b!r}]: the "
+                                  "sizes are clipped to that range, so at least half of them "
+                                  "would equal a bound; choose a median within it")
         d.done()
         return _Scale(lambda rng, n: np.clip(med * np.exp(sig * rng.standard_normal(n)), a, b),
                       lambda key, i: np.clip(med * np.exp(sig * randoms.normal(key, i, _S_SCALE)),
@@ -460,6 +464,11 @@ def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
     spec["random_velocity"] = t.number("random_velocity", 0.0, low=0.0)
     spec["random_orientation"] = t.boolean("random_orientation", shape != "sphere")
     spec["fixed"] = t.boolean("fixed", False)
+    if spec["fixed"] and (np.any(np.asarray(spec["velocity"]) != 0.0)
+                          or spec["random_velocity"]):
+        # (until 2026-11-28 the velocity was dropped without a word)
+        raise t.err("fixed", "fixed bodies do not move, so velocity and random_velocity must "
+                             "be zero (or absent) with fixed = true; remove one or the other")
     if kind == "lattice":
         spec["spacing"] = t.number("spacing", low=0.0, low_open=True)
         spec["jitter"] = t.number("jitter", 0.0, low=0.0)
@@ -575,7 +584,8 @@ def _lattice(sim, spec, t, rlo, rhi) -> str | None:
     rb = _bounding(spec["shape"], size)
     msg = None
     if index.size and (2 * rb > a * (1 + 1e-12)).any():
-        msg = (f"{a} is smaller than the largest body's bounding diameter {2 * rb.max():.4g}: "
+        msg = (f"{a} is smaller than the largest body's bounding diameter "
+               f"{float(2 * rb.max())!r}: "
                "bodies would overlap")
     msg = sim.net.first_error(msg)
     if msg is not None:
@@ -583,6 +593,20 @@ def _lattice(sim, spec, t, rlo, rhi) -> str | None:
     if spec["jitter"]:
         u = np.stack([randoms.uniform(key, index, 0, _S_JITTER + k) for k in range(3)], 1)
         centers = centers + spec["jitter"] * (2.0 * u - 1.0)
+        # a centre jittered out of the domain on a walled axis: the jitter's fault (it was
+        # reported as "[[bodies]][k].shape: sphere 0 ... lies outside the domain" until
+        # 2026-11-28)
+        out = sim.walled & ((centers < sim.lo) | (centers >= sim.hi))
+        msg = None
+        if out.any():
+            i = int(np.flatnonzero(out.any(axis=1))[0])
+            msg = (f"= {spec['jitter']!r} moves lattice point {int(index[i])} to "
+                   f"{centers[i].tolist()}, outside the domain on a non-periodic axis; use a "
+                   "jitter below the distance of the region's outer points to the domain "
+                   f"bounds (half the spacing is {0.5 * a!r})")
+        msg = sim.net.first_error(msg)
+        if msg is not None:
+            raise t.err("jitter", msg)
     clear = _clear_of_bodies(sim, centers, rb)
     index, centers, size, rb = index[clear], centers[clear], size[clear], rb[clear]
     if sim.net.size > 1:

@@ -186,6 +186,16 @@ def test_rain_pours_batches_during_the_run(tmp_path):
     (("density = 2500.0", 'density = "2500"'), r"\[\[materials\]\]\[0\]\.density: must be a number, got '2500'"),
     (("restitution = 0.5", "restitution = 0.5\nrolling_fricton = 0.1"), r"unknown field\(s\) rolling_fricton \(allowed: .*rolling_friction"),
     (("[[materials]]", "[materials]"), r"\[materials\] must be an array of tables: write \[\[materials\]\]"),
+    # found by a fuzzer (2026-11-28): a fixed body's velocity was dropped without a word, a
+    # median outside [min, max] made every size a bound, a lattice jitter that moved points
+    # out of the domain was blamed on the shape
+    (('shape = "sphere"', 'shape = "sphere"\nfixed = true\nrandom_velocity = 1.0'),
+     r"\[\[bodies\]\]\[0\]\.fixed: fixed bodies do not move, so velocity and random_velocity"),
+    (('{ distribution = "uniform", min = 0.5, max = 1.0 }',
+      '{ distribution = "lognormal", median = 5.0, sigma = 0.3, min = 0.5, max = 2.0 }'),
+     r"scale\.median: = 5.0 lies outside \[min, max\] = \[0.5, 2.0\]"),
+    (("count = 300", "spacing = 0.1\njitter = 0.5", 'kind = "random"', 'kind = "lattice"'),
+     r"\[\[bodies\]\]\[0\]\.jitter: = 0.5 moves lattice point \d+ to .* outside the domain"),
     # materials that do not mix: said with the file and entries before anything runs (until
     # 2026-11-28 the first step raised "set their pair with set_interaction(a, b, ...)")
     (("[[bodies]]", '[[materials]]\nname = "steel"\ndensity = 7800.0\nstiffness = 1e5\n'
@@ -199,7 +209,7 @@ def test_rain_pours_batches_during_the_run(tmp_path):
 ])
 def test_config_errors_name_the_field(edit, message):
     with pytest.raises(ConfigError, match=message):
-        build(_cfg(**{edit[0]: edit[1]}), "x.toml")
+        build(_cfg(**dict(zip(edit[::2], edit[1::2]))), "x.toml")
 
 
 def test_the_api_refuses_booleans_and_strings_as_material_numbers():
