@@ -204,9 +204,13 @@ def test_the_good_configs_of_these_cases_load(tmp_path):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_bodies_too_big_for_the_blocks_name_the_config_fix(comm, mpi_tmp_path):
-    """A lattice of bodies wider than a quarter of a block: every rank refuses the config with
-    the [domain] blocks advice (it used to suggest an API call a config cannot make)."""
+def test_lattice_bodies_too_big_for_the_blocks_become_global(comm, mpi_tmp_path):
+    """A lattice of bodies wider than a quarter of a block: on several ranks they are global
+    bodies, every one on every rank. (Until 2026-11-28 every rank refused the config, with the
+    [domain] blocks advice, though it ran on one rank; before that the error suggested an API
+    call a config cannot make.)"""
+    from parsim.bodies import GLOBAL
+
     text = (BASE.replace('periodic = [true, true, false]', 'walls = true')
             .split("[[walls]]")[0]
             + '[[bodies]]\nkind = "lattice"\nshape = "sphere"\nradius = 0.02\nspacing = 0.05\n'
@@ -215,11 +219,12 @@ def test_bodies_too_big_for_the_blocks_name_the_config_fix(comm, mpi_tmp_path):
     if comm.rank == 0:                 # one writer; the others read it after the barrier
         p.write_text(text)
     comm.Barrier()
-    with pytest.raises(ConfigError) as e:
-        load(p)
-    msg = str(e.value)
-    assert "[[bodies]][0]" in msg and "larger than the blocks" in msg, msg
-    assert "[domain] blocks" in msg and "collective call" not in msg, msg
+    sim = load(p).sim
+    st = sim.st
+    spheres = st.shape[: st.n_owned] == 0
+    assert np.count_nonzero(spheres) == 8                     # the 2 x 2 x 2 lattice, here
+    assert (st.flags[: st.n_owned][spheres] & GLOBAL).all()   # ... as global bodies
+    assert sim.count_bodies() == 8 + 6                         # once each, with the walls
 
 
 def test_info_reports_a_checkpoint_with_a_missing_or_truncated_part(finished, tmp_path):
