@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit
 
 from . import packing, randoms
+from .materials import mix_problem
 from .shapes import BOX, CAPSULE, PLANE, SPHERE
 from .simulation import BlocksTooNarrow, Simulation
 
@@ -273,14 +274,12 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
     # 2026-11-28: "... set their pair with set_interaction(a, b, ...)", an API call)
     for j, b in enumerate(sim.materials):
         for i, a in enumerate(sim.materials[:j]):
-            if a.model != b.model or a.mode != b.mode:
-                what = (f"contact models ({a.model} and {b.model})" if a.model != b.model else
-                        "parameter forms (one stiffness and damping, the other restitution and "
-                        "collision_time)")
+            why = mix_problem(a, b)
+            if why is not None:
                 raise ConfigError(
                     f"{src}: [[materials]][{i}] ({a.name!r}) and [[materials]][{j}] "
-                    f"({b.name!r}) have different {what}, and a config cannot set how such a "
-                    "pair interacts: give every material the same model and the same form (a "
+                    f"({b.name!r}) have {why}, and a config cannot set how such a pair "
+                    "interacts: give every material the same model and the same form (a "
                     "script can set the pair with Simulation.set_interaction)")
     first = sim.materials[0].name
     if box_walls and not restart:
@@ -609,19 +608,9 @@ def _lattice(sim, spec, t, rlo, rhi) -> str | None:
             raise t.err("jitter", msg)
     clear = _clear_of_bodies(sim, centers, rb)
     index, centers, size, rb = index[clear], centers[clear], size[clear], rb[clear]
-    if sim.net.size > 1:
-        # bodies too large for the blocks are global: every rank passes them (the ranks that
-        # computed one send it to all; a point several ranks computed comes once). Until
-        # 2026-11-28 such a lattice ran on one rank and stopped with an error on several.
-        big = rb > sim.global_radius
-        rec = np.zeros(int(big.sum()), dtype=_GENERATED)
-        rec["ordinal"], rec["position"] = index[big], centers[big]
-        rec["size"][:, : size.shape[1]] = size[big]
-        shared = sim.net.allgather_records(rec, _GENERATED)
-        shared = shared[np.unique(shared["ordinal"], return_index=True)[1]]
-        index = np.concatenate([shared["ordinal"], index[~big]])
-        centers = np.concatenate([shared["position"].reshape(-1, 3), centers[~big]])
-        size = np.concatenate([shared["size"][:, : size.shape[1]], size[~big]])
+    # (until 2026-11-28 a lattice with bodies too large for the blocks ran on one rank and
+    # stopped with an error on several)
+    index, centers, size = _share_global(sim, index, centers, size, rb)
     before = sim.count_bodies()
     first = sim.next_uid
     _add_generated(sim, spec, t, key, first + index, index, centers, size, shared_global=True)
@@ -722,7 +711,6 @@ def _random_local(sim, spec, t, count) -> int:
     whose centre it owns; bodies too large for the blocks are shared with every rank. The
     bodies are the same bits on any number of ranks. Collective; returns how many were placed
     (on every rank)."""
-    net = sim.net
     rlo, rhi = spec["region"]
     key = int(spec["rng"].integers(0, 2**62))
     first = sim.next_uid
@@ -745,22 +733,32 @@ def _random_local(sim, spec, t, count) -> int:
         raise t.err("count", f"only {batch.placed} of {count} bodies fit in the region without "
                              f"overlap after {spec['max_attempts']} attempts each; enlarge the "
                              "region, lower the count or raise max_attempts")
-    ordinal, pos, size = batch.ordinal, batch.position, batch.size
-    if net.size > 1:                                        # too big for the blocks: to all
-        big = batch.radius > sim.global_radius
-        rec = np.zeros(int(big.sum()), dtype=_GENERATED)
-        rec["ordinal"], rec["position"] = ordinal[big], pos[big]
-        rec["size"][:, : size.shape[1]] = size[big]
-        shared = net.allgather_records(rec, _GENERATED)
-        ordinal = np.concatenate([shared["ordinal"], ordinal[~big]])
-        pos = np.concatenate([shared["position"].reshape(-1, 3), pos[~big]])
-        size = np.concatenate([shared["size"][:, : size.shape[1]], size[~big]])
+    ordinal, pos, size = _share_global(sim, batch.ordinal, batch.position, batch.size,
+                                       batch.radius)
     _add_generated(sim, spec, t, key, first + ordinal, ordinal, pos, size, shared_global=True)
     sim._next_uid = first + batch.uid_span                 # the batch's whole uid range
     return batch.placed
 
 
 _GENERATED = np.dtype([("ordinal", np.int64), ("position", np.float64, 3), ("size", np.float64, 3)])
+
+
+def _share_global(sim, ordinal, pos, size, radius):
+    """Collective, for the rank-local generators: the bodies too large for the blocks (bounding
+    ``radius`` above ``sim.global_radius``) are global, so every rank must pass them. Returns
+    (ordinal, pos, size) with those of every rank first (once each, by ordinal: several ranks
+    may have computed one), then this rank's others. Serial: unchanged."""
+    if sim.net.size == 1:
+        return ordinal, pos, size
+    big = radius > sim.global_radius
+    rec = np.zeros(int(big.sum()), dtype=_GENERATED)
+    rec["ordinal"], rec["position"] = ordinal[big], pos[big]
+    rec["size"][:, : size.shape[1]] = size[big]
+    shared = sim.net.allgather_records(rec, _GENERATED)
+    shared = shared[np.unique(shared["ordinal"], return_index=True)[1]]
+    return (np.concatenate([shared["ordinal"], ordinal[~big]]),
+            np.concatenate([shared["position"].reshape(-1, 3), pos[~big]]),
+            np.concatenate([shared["size"][:, : size.shape[1]], size[~big]]))
 
 
 def _add_generated(sim, spec, t, key, uids, ordinal, centers, size,

@@ -157,18 +157,25 @@ def mixed(a: Material, b: Material, overrides: dict) -> np.ndarray:
     return _row(_mixed_material(a, b))
 
 
+def mix_problem(a: Material, b: Material) -> str | None:
+    """Why materials a and b do not mix (the mixing rules need the same model and the same
+    parameter form), or None."""
+    if a.model != b.model:
+        return f"different contact models ({a.model} and {b.model})"
+    if a.mode != b.mode:
+        return ("different parameter forms (one stiffness and damping, the other restitution "
+                "and collision_time)")
+    return None
+
+
 def _mixed_material(a: Material, b: Material) -> Material:
     """The pair a, b as one material (mixing rules); a ValueError when they do not mix."""
     if a.index == b.index:
         return a
-    if a.model != b.model:
-        raise ValueError(
-            f"materials {a.name!r} and {b.name!r} use different contact models ({a.model} vs "
-            f"{b.model}); set their pair with set_interaction(a, b, ...)")
-    if a.mode != b.mode:
-        raise ValueError(
-            f"materials {a.name!r} and {b.name!r} use different contact parameters (stiffness "
-            "vs restitution); set their pair with set_interaction(a, b, ...)")
+    why = mix_problem(a, b)
+    if why is not None:
+        raise ValueError(f"materials {a.name!r} and {b.name!r} have {why}; set their pair with "
+                         "set_interaction(a, b, ...)")
     if a.mode == MODE_STIFFNESS:
         m = Material(a.name + "+" + b.name, -1, 1.0,
                      stiffness=2 * a.stiffness * b.stiffness / (a.stiffness + b.stiffness),
