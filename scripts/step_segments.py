@@ -111,16 +111,14 @@ def main() -> None:
     t0 = time.perf_counter()
     sim.run(a.steps)
     wall = time.perf_counter() - t0
-    mine = events[: count[0]]
-    rows = comm.gather(segments(mine), root=0)
-    stamps = comm.gather(mine, root=0)
+    stamps = comm.gather(events[: count[0]], root=0)     # every rank's, for both tables
     if comm.Get_rank():
         return
     print(f"S1w, {n:,} spheres on {p} rank(s) ({a.n_side}^3 per rank), {a.steps} steps after "
           f"{a.warm}: {1e3 * wall / a.steps:.3f} ms/step")
     print(f"{'rank':>4}  {'segment':<11} {'steps':>6} {'mean':>7} {'median':>7} {'p10':>7} "
           f"{'p90':>7}  (us)")
-    for r, seg in enumerate(rows):
+    for r, seg in enumerate(segments(e) for e in stamps):
         for name, d in seg.items():
             if d.size == 0:
                 print(f"{r:>4}  {name:<11} {0:>6}")
