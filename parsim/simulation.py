@@ -831,14 +831,18 @@ class Simulation:
                     f"2 x (largest body diameter + skin) = 2 x ({2.0 * rper:g} + {skin:g}) = "
                     f"{need:g}; enlarge the domain"
                     + (" or reduce the skin" if skin > 2.0 * rper else ""))
+        # bodies wider than a quarter of the narrowest block are global, so the diameter of the
+        # others is at most half a block: only a large skin makes the halo wider than a block
         width = (self.hi - self.lo) / np.array(self.dec.dims)
         halo = 2.0 * rmax + skin
         for d in range(3):
             if self.dec.dims[d] > 1 and not width[d] > halo * (1 + 1e-9):
                 raise SimulationError(
                     f"blocks along {'xyz'[d]} are {width[d]:g} wide, thinner than the halo "
-                    f"(largest body diameter + skin = {halo:g}): use fewer blocks along "
-                    f"{'xyz'[d]} (blocks = {list(self.dec.dims)}) or fewer ranks")
+                    f"(largest body diameter + skin = {2.0 * rmax:g} + {skin:g} = {halo:g}): "
+                    f"set a skin below {width[d] - 2.0 * rmax:g} (skin in [simulation], or "
+                    f"Simulation(skin=...)), or use fewer blocks along {'xyz'[d]} "
+                    f"(blocks = {list(self.dec.dims)}) or fewer ranks")
 
     def _refresh_shadows(self) -> None:
         self.halo.refresh(self.st)

@@ -285,6 +285,29 @@ def _same_on_every_rank(comm, value):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_blocks_thinner_than_the_halo_get_an_error_with_the_skin_that_fits(comm):
+    """Blocks 0.5 wide along x, spheres of diameter 0.1: a skin of 0.45 makes the halo (0.55)
+    wider than a block, which every rank refuses with the same message; the skin it suggests
+    (below 0.4) runs, on the same blocks. (Bodies wider than a quarter block are global, so only
+    the skin can make the halo too wide; the message used to suggest fewer blocks only.)"""
+
+    def scene(skin):
+        sim = Simulation(dt=1e-4, domain=((0, 0, 0), (0.5 * comm.size, 1, 1)), skin=skin,
+                         comm=comm, blocks=(comm.size, 1, 1))
+        sim.add_material("m", density=1000.0, restitution=0.7, collision_time=2e-3)
+        for x in 0.25 + 0.5 * np.arange(comm.size):
+            sim.add_sphere((x, 0.5, 0.5), 0.05, "m", velocity=(1.0, 0, 0))
+        return sim
+
+    got = _same_on_every_rank(comm, _stop(scene(0.45), 10))
+    assert isinstance(got, tuple) and got[1] == 0, got
+    msg = got[0]
+    assert "blocks along x are 0.5 wide, thinner than the halo" in msg, msg
+    assert "0.1 + 0.45 = 0.55" in msg and "set a skin below 0.4 " in msg, msg
+    assert _same_on_every_rank(comm, _stop(scene(0.39), 10)) == (None, 10)
+
+
+@pytest.mark.mpi(min_size=2)
 def test_ownership_check_with_an_error_on_one_rank_stops_every_rank(comm):
     """With ``check_ownership`` on, a body leaving the walled domain (outflow 'error') on one
     rank stops every rank with the serial run's message at the serial run's step. (The rank that
