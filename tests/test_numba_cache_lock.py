@@ -126,3 +126,65 @@ def test_install_wraps_save_load_and_flush_once():
         method = getattr(cls, name)
         assert method._parsim_locked
         assert not getattr(method.__wrapped__, "_parsim_locked", False)   # not wrapped twice
+    from numba.core.dispatcher import Dispatcher
+
+    assert Dispatcher.compile._parsim_locked
+    assert not getattr(Dispatcher.compile.__wrapped__, "_parsim_locked", False)
+
+
+# ---- the compile lock: a kernel is compiled once however many processes need it at once ---------
+
+SLOW = "from numba import njit\n\n\n@njit(cache=True)\ndef g(x):\n    s = x\n" + "".join(
+    f"    if s > {k}:\n        s = s * 0.5 + {k}\n    else:\n        s = s + {k % 7}\n"
+    for k in range(60)) + "    return s\n"
+
+STARTER = """
+import json, os, sys, time
+k, n = int(sys.argv[1]), int(sys.argv[2])
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+import parsim  # noqa: F401  (the cache directory, and the locks unless PARSIM_NUMBA_CACHE_LOCK=0)
+import slow
+open(os.path.join(here, f"go-{k}"), "w").close()
+t0 = time.monotonic()
+while (not all(os.path.exists(os.path.join(here, f"go-{j}")) for j in range(n))
+       and time.monotonic() - t0 < 60):
+    time.sleep(0.005)
+t1 = time.monotonic()
+r = slow.g(3.0)
+st = slow.g.stats
+print(json.dumps({"result": r, "hits": sum(st.cache_hits.values()),
+                  "misses": sum(st.cache_misses.values()), "seconds": time.monotonic() - t1}))
+"""
+
+
+def _start_together(tmp_path, n: int, lock: bool) -> list:
+    (tmp_path / "slow.py").write_text(SLOW)
+    (tmp_path / "starter.py").write_text(textwrap.dedent(STARTER))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PARSIM_NUMBA_CACHE_LOCK="1" if lock else "0", NUMBA_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "starter.py"), str(k), str(n)],
+                              env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k in range(n)]
+    got = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        got.append(json.loads(out.strip().splitlines()[-1]))
+    assert len({g["result"] for g in got}) == 1, got
+    return got
+
+
+def test_processes_needing_one_kernel_at_once_compile_it_once(tmp_path):
+    """Two processes call the same uncached kernel at the same moment: one compiles it, the
+    other waits for its compile lock and loads it from the cache (numba alone compiles it in
+    both: the test below)."""
+    got = _start_together(tmp_path, 2, lock=True)
+    assert sorted((g["misses"], g["hits"]) for g in got) == [(0, 1), (1, 0)], got
+
+
+def test_without_the_lock_each_process_compiles_the_kernel(tmp_path):
+    """The test above can fail: without the compile lock every process compiles (the compile
+    takes far longer than the processes' start differs)."""
+    got = _start_together(tmp_path, 2, lock=False)
+    assert [g["misses"] for g in got] == [1, 1], got
