@@ -231,13 +231,22 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
     out_t.done()
 
     notes, stored = [], None
-    if restart and blocks is not None:
-        # a restart on another rank count cannot keep the blocks of the stored config
+    if blocks is not None:
         if comm == "auto":
             from .comm import auto_comm
             comm = auto_comm()
-        if blocks[0] * blocks[1] * blocks[2] != (1 if comm is None else comm.Get_size()):
+        ranks = 1 if comm is None else comm.Get_size()
+        prod = blocks[0] * blocks[1] * blocks[2]
+        if prod != ranks and restart:
+            # a restart on another rank count cannot keep the blocks of the stored config
             stored, blocks = blocks, None
+        elif prod != ranks:
+            # (until 2026-11-28 the message repeated the API's: "blocks: = [2, 2, 2]: blocks =
+            # [2, 2, 2] must be ...", found by a rank-count fuzzer)
+            raise dom_t.err("blocks", f"= {list(blocks)} makes {prod} blocks, but the number of "
+                                      f"MPI ranks ({ranks}) must equal the number of blocks: run "
+                                      f"on {prod} ranks, give 3 counts whose product is {ranks}, "
+                                      "or drop blocks to let parsim choose")
     try:
         sim = Simulation(dt=dt, gravity=gravity, domain=(lo, hi), periodic=periodic, skin=skin,
                          outflow=outflow, allow_large_dt=allow, blocks=blocks, comm=comm)
@@ -246,9 +255,6 @@ def build(data: dict, src: str = "<config>", text: str = "", steps: int | None =
                          f"{stored[0] * stored[1] * stored[2]} rank(s); on {sim.net.size} the "
                          f"restart uses blocks {list(sim.dec.dims)}")
     except ValueError as e:
-        if blocks is not None and "blocks" in str(e):
-            raise dom_t.err("blocks", f"= {list(blocks)}: {e}; drop it to let parsim choose") \
-                from None
         raise ConfigError(f"{src}: {e}") from None
     if isinstance(mats, dict):
         raise ConfigError(f"{src}: [materials] must be an array of tables: write [[materials]] "

@@ -216,6 +216,7 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
     last_t, last_step = t0, sim.step_count
     first = sim.step_count
     work0 = sim.body_steps
+    deleted0 = sim.deleted      # a restart's count runs from step 0 (the checkpoint keeps it)
     keep = cfg.keep_checkpoints
     bar = _Bar(stream, first, target) if net.rank == 0 and _isatty(stream) else None
     try:
@@ -273,7 +274,8 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
         writer.write(sim)
     wall = net.max(time.perf_counter() - t0)
     work = net.isum(sim.body_steps - work0)     # bodies present in each step, summed
-    deleted = net.isum(sim.deleted)
+    deleted = net.isum(sim.deleted - deleted0)
+    total = net.isum(sim.deleted)
     tab = timings(sim, {"output": writer.seconds})
     writer.write_timings(tab)
     writer.close()
@@ -282,7 +284,10 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
     steps = sim.step_count - first
     _say(sim, f"done: {steps} steps in {wall:.1f} s "
          f"({work / max(wall, 1e-9):.3g} particle-steps/s on {net.size} rank(s)); "
-         f"{deleted} bodies deleted by outflow; snapshots in {writer.path}\n{table}", stream)
+         f"{deleted} bodies deleted by outflow"
+         # (until 2026-11-28 a restart's line gave the count since step 0 as if of its steps)
+         + (f" ({total} since step 0)" if total != deleted else "")
+         + f"; snapshots in {writer.path}\n{table}", stream)
     return 0
 
 

@@ -196,6 +196,12 @@ def test_rain_pours_batches_during_the_run(tmp_path):
      r"scale\.median: = 5.0 lies outside \[min, max\] = \[0.5, 2.0\]"),
     (("count = 300", "spacing = 0.1\njitter = 0.5", 'kind = "random"', 'kind = "lattice"'),
      r"\[\[bodies\]\]\[0\]\.jitter: = 0.5 moves lattice point \d+ to .* outside the domain"),
+    # blocks for another rank count: said once (until 2026-11-28 "blocks: = [2, 2, 1]: blocks =
+    # [2, 2, 1] must be ...", the API's message inside the config's)
+    (("hi = [1.0, 1.0, 2.0]", "hi = [1.0, 1.0, 2.0]\nblocks = [2, 2, 1]"),
+     r"^x.toml: \[domain\]\.blocks: = \[2, 2, 1\] makes 4 blocks, but the number of MPI ranks "
+     r"\(1\) must equal the number of blocks: run on 4 ranks, give 3 counts whose product is 1, "
+     r"or drop blocks to let parsim choose$"),
     # materials that do not mix: said with the file and entries before anything runs (until
     # 2026-11-28 the first step raised "set their pair with set_interaction(a, b, ...)")
     (("[[bodies]]", '[[materials]]\nname = "steel"\ndensity = 7800.0\nstiffness = 1e5\n'
