@@ -12,14 +12,8 @@ index newer than its data file.
 :func:`install` makes every ``save`` and ``load`` of numba's cache files hold a lock on a file
 in the cache directory (``flock``: exclusive to save, shared to load), so that processes sharing
 ``NUMBA_CACHE_DIR`` -- MPI ranks, pytest-xdist workers, the jobs of an array -- see each
-function's index and data as one. 
-It also makes a cache miss compile under a lock of that function (``<index file>.lock``,
-exclusive): a process that needs a kernel another process is compiling waits for it and then
-loads it from the cache, instead of compiling it a second time. Each kernel is then compiled
-once however many processes start on a cold cache (pytest-xdist workers, MPI ranks, the jobs of
-an array); a cache hit takes no compile lock. A kernel that calls another one compiles the
-callee while holding its own lock; the locks follow the call graph, so no two processes wait
-for each other.
+function's index and data as one. Compiling itself is not serialised: two processes needing the
+same kernel may both compile it, and the second save replaces the first with the same code.
 
 Where the cache directory cannot hold the lock file or the file system has no ``flock``, numba
 works as it does alone. ``PARSIM_NUMBA_CACHE_LOCK=0`` leaves numba untouched.
@@ -36,19 +30,14 @@ import os
 LOCK_NAME = "parsim-cache.lock"
 
 
-#: the compile locks this process holds (paths): a kernel whose compile reaches itself again
-#: (recursion) must not wait for its own lock (``flock`` on a second descriptor would)
-_held: set = set()
-
-
 @contextlib.contextmanager
-def _locked(directory: str, exclusive: bool, name: str = LOCK_NAME):
-    """Hold a ``flock`` on ``directory/name`` (exclusive or shared) for the ``with`` body;
+def _locked(directory: str, exclusive: bool):
+    """Hold a ``flock`` on ``directory/LOCK_NAME`` (exclusive or shared) for the ``with`` body;
     without the lock if the file cannot be opened or locked."""
     import fcntl
 
     try:
-        fd = os.open(os.path.join(directory, name), os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:
         fd = -1
     try:
@@ -94,50 +83,4 @@ def install() -> bool:
     cls.save = wrap(cls.save, True)
     cls.flush = wrap(cls.flush, True)
     cls.load = wrap(cls.load, False)
-    _lock_compiles()
     return True
-
-
-def _lock_compiles() -> None:
-    """Wrap numba's ``Dispatcher.compile``: on a cache miss, compile under the function's
-    compile lock (see the module's docstring). Anything unexpected (no disk cache, another
-    numba layout, an unreadable index): numba's own ``compile``, unlocked."""
-    try:
-        from numba.core import sigutils
-        from numba.core.compiler_lock import global_compiler_lock
-        from numba.core.dispatcher import Dispatcher
-    except ImportError:
-        return
-    compile_ = Dispatcher.compile
-    if getattr(compile_, "_parsim_locked", False):
-        return
-
-    @functools.wraps(compile_)
-    def compile(self, sig):
-        with global_compiler_lock:       # (numba's, re-entrant: taken again inside compile_)
-            try:
-                cache = self._cache
-                files = cache._cache_file
-                where, name = files._cache_path, files._index_name + ".lock"
-                args, _ = sigutils.normalize_signature(sig)
-                if (not cache._enabled or not isinstance(where, str)
-                        or self.overloads.get(tuple(args)) is not None
-                        or os.path.join(where, name) in _held):
-                    return compile_(self, sig)
-                key = cache._index_key(sig, self.targetctx.codegen())
-                with _locked(where, False):
-                    cached = key in files._load_index()
-            except Exception:            # no disk cache (cache=False), another layout, ...
-                return compile_(self, sig)
-            if cached:
-                return compile_(self, sig)
-            path = os.path.join(where, name)
-            with _locked(where, True, name):
-                _held.add(path)
-                try:
-                    return compile_(self, sig)     # loads it if another process saved it
-                finally:
-                    _held.discard(path)
-
-    compile._parsim_locked = True
-    Dispatcher.compile = compile
