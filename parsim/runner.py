@@ -81,7 +81,7 @@ def _prepare_ranks(net) -> None:
             note.join()
         if said.is_set():
             print(f"parsim: kernels ready after {time.perf_counter() - t0:.0f} s", flush=True)
-    net.barrier()
+    net.quiet_barrier()     # asleep, not polling: the compiling rank keeps its core
 
 
 #: seconds of loading kernels after which the run says that it is compiling them

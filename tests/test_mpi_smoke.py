@@ -178,3 +178,24 @@ def test_first_error_and_max_agrees_on_every_rank(comm):
     assert got[1] == (f"bad [rank {p - 1}]", -1.0)
     assert got[2] == ("odd", float(p - 1))
     assert nan == (None, math.inf)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_quiet_barrier_waits_asleep(comm):
+    """``Net.quiet_barrier`` (the other ranks' wait while rank 0 compiles the kernels of a run) is
+    a barrier: no rank leaves before rank 0, 0.5 s late, arrives; and the waiting ranks sleep:
+    they use a small part of the wait in CPU time (a polling ``Barrier`` spins: on 2 ranks the
+    waiting one used about the whole 0.5 s)."""
+    import time
+
+    from parsim.comm import Net
+
+    net = Net(comm)
+    comm.Barrier()
+    if comm.rank == 0:
+        time.sleep(0.5)
+    t0, c0 = time.perf_counter(), time.process_time()
+    net.quiet_barrier()
+    waited, cpu = time.perf_counter() - t0, time.process_time() - c0
+    got = comm.allgather((waited, cpu))
+    assert all(w > 0.4 and c < 0.1 for w, c in got[1:]), got
