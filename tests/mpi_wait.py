@@ -9,16 +9,16 @@ between, so the working rank gets a whole core. They change no value.
 
 from __future__ import annotations
 
-import time
 
 POLL_S = 0.002
 
 
 def quiet_barrier(comm) -> None:
-    """``comm.Barrier()``, with the waiting ranks asleep between polls."""
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(POLL_S)
+    """``comm.Barrier()``, with the waiting ranks asleep between polls
+    (:meth:`parsim.comm.Net.quiet_barrier`, on any communicator)."""
+    from parsim.comm import Net
+
+    Net(comm).quiet_barrier(POLL_S)
 
 
 def quiet_bcast(comm, obj, root: int = 0):
