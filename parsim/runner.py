@@ -53,20 +53,21 @@ def timing_table(table: dict) -> str:
 
 def _prepare_ranks(net) -> None:
     """On several ranks one numba thread per rank (unless NUMBA_NUM_THREADS says otherwise).
-    The kernels are compiled (or loaded) first by rank 0 alone, before the others load them
-    (one compile instead of one per rank; the cache itself is safe to share, see
-    :mod:`parsim.numba_cache`), with a note when that takes long: a run's timings never include
-    compiling."""
+    The kernels are compiled (or loaded) first by rank 0, helped by rank 1 where that has a
+    core of its own (:func:`_rank1_helps`), before the others load them (one compile instead of
+    one per rank; the cache itself is safe to share, see :mod:`parsim.numba_cache`), with a
+    note when that takes long: a run's timings never include compiling."""
     import os
 
     import numba
 
+    from . import warmup
+
     if net.size > 1 and "NUMBA_NUM_THREADS" not in os.environ:
         numba.set_num_threads(1)
+    helps = _rank1_helps(net)
     if net.rank == 0:
         import threading
-
-        from . import warmup
 
         # a cold cache means a minute or more of compiling: say so rather than stay silent
         t0 = time.perf_counter()
@@ -81,7 +82,29 @@ def _prepare_ranks(net) -> None:
             note.join()
         if said.is_set():
             print(f"parsim: kernels ready after {time.perf_counter() - t0:.0f} s", flush=True)
-    net.quiet_barrier()     # asleep, not polling: the compiling rank keeps its core
+    elif helps:
+        warmup.compile_helper_part()
+    net.quiet_barrier()     # asleep, not polling: the compiling ranks keep their cores
+
+
+def _rank1_helps(net) -> bool:
+    """True on rank 1 (only) when it is to compile :func:`parsim.warmup.compile_helper_part`
+    while rank 0 compiles the rest: when it runs on another host than rank 0, or when the two
+    may run on different CPUs (their affinity masks together hold at least two; on one core
+    it would only slow rank 0 down). Collective: rank 0 broadcasts its host and mask."""
+    import os
+    import socket
+
+    if net.size < 2:
+        return False
+    try:
+        mine = (socket.gethostname(), frozenset(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):           # no affinity masks here (not Linux)
+        mine = (socket.gethostname(), frozenset(range(os.cpu_count() or 1)))
+    host0, cpus0 = net.bcast(mine if net.rank == 0 else None)
+    if net.rank != 1:
+        return False
+    return mine[0] != host0 or len(cpus0 | mine[1]) >= 2
 
 
 #: seconds of loading kernels after which the run says that it is compiling them

@@ -1,9 +1,11 @@
-"""Compile (or load from the cache) the kernels of a run in one process.
+"""Compile (or load from the cache) the kernels of a run before its ranks start stepping.
 
 A parallel run lets rank 0 call :func:`compile_kernels` while the other ranks wait, after which
 every rank only loads compiled code: one compile instead of one per rank (several ranks saving
-one kernel at once crashed numba before :mod:`parsim.numba_cache` locked the cache). With a warm
-cache this takes about a second.
+one kernel at once crashed numba before :mod:`parsim.numba_cache` locked the cache). Where a
+second core is free, rank 1 meanwhile compiles the narrow phase of boxes and capsules and the
+integrator of rotating bodies (:func:`compile_helper_part`), about 45 % of the compile time,
+which rank 0 then loads instead of compiling. With a warm cache this takes about a second.
 """
 
 from __future__ import annotations
@@ -72,16 +74,36 @@ spacing = 0.2
 
 
 def compile_kernels() -> None:
-    """Run a tiny serial scene with every shape, two materials, periodic images, walls and
-    a pour, step by step, then its spheres alone in one call (the joint half-steps), a box
-    overlapping a plane at the start (the overlap warning's kernel), plus the halo kernels.
-    Warnings of these scenes are not shown."""
-    halo.warm_up()
+    """Run tiny serial scenes that reach every kernel of a run: the spheres of the scene below,
+    several steps per call (the joint half-steps); then the whole scene, step
+    by step, with every shape, two materials, periodic images, walls and a pour (the narrow
+    phase of boxes and capsules comes last, so that a helper's :func:`compile_helper_part`
+    may have saved it by then); a box overlapping a plane at the start (the overlap warning's
+    kernel); and the halo kernels. Warnings of these scenes are not shown."""
     scene = tomllib.loads(_SCENE)
     with warnings.catch_warnings():
-        # the scene is the warm-up's own: nothing in it concerns the user's run
+        # the scenes are the warm-up's own: nothing in them concerns the user's run
         warnings.simplefilter("ignore")
+        halo.warm_up()
+        spheres = dict(scene, bodies=scene["bodies"][:1])
+        build(spheres, "<warm-up>", comm=None).sim.run(30)
         _run_scene(scene)
+        _pressed_box()
+
+
+def compile_helper_part() -> None:
+    """What a second process compiles while :func:`compile_kernels` runs: the kernels of
+    rotating bodies (the narrow phase of boxes and capsules, the overlap check, the
+    integrator's two halves: about 45 of the 100 s of a cold compile here), called on nothing
+    with a one-box simulation's arrays. :func:`compile_kernels` reaches them last and then
+    loads them from the cache, if this process has saved them by then (else it compiles them
+    too: the same code, saved twice)."""
+    from .simulation import Simulation
+
+    sim = Simulation(dt=1e-4, domain=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)), comm=None)
+    m = sim.add_material("a", density=1000.0, restitution=0.5, collision_time=1e-3)
+    sim.add_box((0.5, 0.5, 0.5), (0.1, 0.1, 0.1), material=m)
+    sim._compile_rotating_kernels()
 
 
 def _run_scene(scene) -> None:
@@ -97,11 +119,11 @@ def _run_scene(scene) -> None:
     sim.state()
     sim.kinetic_energy()
     sim.count_contacts()
-    # spheres only, several steps per call: the joint half-steps of sphere runs
-    spheres = build(dict(scene, bodies=scene["bodies"][:1]), "<warm-up>", comm=None)
-    spheres.sim.run(cfg.steps)
-    # a box pressed into a plane at the start of a run: the overlap check's narrow phase
-    # (contacts_general.deepest_overlaps), which the scene above, apart at its start, skips
+
+
+def _pressed_box() -> None:
+    """A box pressed into a plane at the start of a run: the overlap check's narrow phase
+    (contacts_general.deepest_overlaps), which the scenes, apart at their start, skip."""
     from .simulation import Simulation
 
     sim = Simulation(dt=1e-5, domain=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)), comm=None)
