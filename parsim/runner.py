@@ -18,11 +18,13 @@ after a complete run, ``failed <step>`` after an error).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import warnings
 from pathlib import Path
 
+from .compile_watch import watch
 from .config import ConfigError, load, pour
 from .output_shared import open_writer
 from .simulation import OverlapWarning, SimulationError
@@ -242,6 +244,8 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
     deleted0 = sim.deleted      # a restart's count runs from step 0 (the checkpoint keeps it)
     keep = cfg.keep_checkpoints
     bar = _Bar(stream, first, target) if net.rank == 0 and _isatty(stream) else None
+    watching = contextlib.ExitStack()   # kernels compiled mid-run (threaded builds): noted
+    compiles = watching.enter_context(watch(lambda text: print(text, file=stream, flush=True)))
     try:
         while sim.step_count < target:
             for rain in cfg.rains:
@@ -291,22 +295,32 @@ def _drive(net, cfg, out: Path, target: int, writer, stream, checkpoint_every: i
                   f"(step {sim.step_count}, status 'failed')", file=sys.stderr, flush=True)
         return 1
     finally:
+        watching.close()
         if bar is not None:
             bar.clear()
     if sim.step_count == first:       # nothing to do: still end with a snapshot
         writer.write(sim)
     wall = net.max(time.perf_counter() - t0)
+    compiling = net.max(compiles.seconds)     # a rank that compiled held up the others
     work = net.isum(sim.body_steps - work0)     # bodies present in each step, summed
     deleted = net.isum(sim.deleted - deleted0)
     total = net.isum(sim.deleted)
-    tab = timings(sim, {"output": writer.seconds})
+    extra = {"output": writer.seconds}
+    if compiling > 0.0:
+        extra["compiling (included)"] = compiles.seconds
+    tab = timings(sim, extra)
     writer.write_timings(tab)
     writer.close()
     table = timing_table(tab)
     _write_status(out, net, "done")
     steps = sim.step_count - first
-    _say(sim, f"done: {steps} steps in {wall:.1f} s "
-         f"({work / max(wall, 1e-9):.3g} particle-steps/s on {net.size} rank(s)); "
+    of = (f" (of which {compiling:.1f} s compiling kernels on their first use: "
+          f"{', '.join(k.rsplit('.', 1)[-1] for k in compiles.kernels) or 'on other ranks'})"
+          if compiling else "")
+    busy = wall - compiling
+    _say(sim, f"done: {steps} steps in {wall:.1f} s{of} "
+         f"({work / max(busy, 1e-9):.3g} particle-steps/s on {net.size} rank(s)"
+         + (", compiling left out" if compiling else "") + "); "
          f"{deleted} bodies deleted by outflow"
          # (until 2026-11-28 a restart's line gave the count since step 0 as if of its steps)
          + (f" ({total} since step 0)" if total != deleted else "")

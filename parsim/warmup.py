@@ -21,7 +21,7 @@ _SCENE = """
 dt = 1e-4
 steps = 30
 gravity = [0.0, 0.0, -9.81]
-skin = 0.02
+skin = 0.004          # below what the fastest spheres move in 30 steps: a rebuild mid-run
 
 [domain]
 lo = [0.0, 0.0, 0.0]
@@ -79,7 +79,8 @@ def compile_kernels() -> None:
     by step, with every shape, two materials, periodic images, walls and a pour (the narrow
     phase of boxes and capsules comes last, so that a helper's :func:`compile_helper_part`
     may have saved it by then); a box overlapping a plane at the start (the overlap warning's
-    kernel); and the halo kernels. Warnings of these scenes are not shown."""
+    kernel); the springs a checkpoint or a migration takes along; a hash grid losing half its
+    bodies at once; spheres deleted by outflow; and the halo kernels. Warnings of these scenes are not shown."""
     scene = tomllib.loads(_SCENE)
     with warnings.catch_warnings():
         # the scenes are the warm-up's own: nothing in them concerns the user's run
@@ -87,8 +88,11 @@ def compile_kernels() -> None:
         halo.warm_up()
         spheres = dict(scene, bodies=scene["bodies"][:1])
         build(spheres, "<warm-up>", comm=None).sim.run(30)
-        _run_scene(scene)
+        sim = _run_scene(scene)
+        sim.nl.export_touching()           # a checkpoint's springs (and a migration's)
         _pressed_box()
+        _bulk_removal()
+        _outflow()
 
 
 def compile_helper_part() -> None:
@@ -106,7 +110,7 @@ def compile_helper_part() -> None:
     sim._compile_rotating_kernels()
 
 
-def _run_scene(scene) -> None:
+def _run_scene(scene):
     from .config import pour
 
     cfg = build(scene, "<warm-up>", comm=None)
@@ -119,6 +123,35 @@ def _run_scene(scene) -> None:
     sim.state()
     sim.kinetic_energy()
     sim.count_contacts()
+    return sim
+
+
+def _bulk_removal() -> None:
+    """A hash grid losing many of its bodies at once (outflow deleting a layer): the removal
+    in descending slot order (``broadphase.base._descending``), which the scenes never reach."""
+    import numpy as np
+
+    from .broadphase import HierarchicalHashGrid
+
+    bp = HierarchicalHashGrid()
+    ids = np.arange(128, dtype=np.int64)
+    lo = np.zeros((128, 3))
+    lo[:, 0] = ids
+    bp.add(ids, lo, lo + 0.5)
+    bp.remove(ids[::2])
+
+
+def _outflow() -> None:
+    """Spheres falling out through the walled floor under ``outflow = "delete"``: the
+    deletion of owned bodies at a rebuild."""
+    from .simulation import Simulation
+
+    sim = Simulation(dt=1e-3, gravity=(0.0, 0.0, -9.81), outflow="delete",
+                     domain=((0.0, 0.0, 0.0), (1.0, 1.0, 1.0)), comm=None)
+    m = sim.add_material("a", density=1000.0, restitution=0.5, collision_time=1e-2)
+    for k in range(4):
+        sim.add_sphere((0.2 + 0.2 * k, 0.5, 0.02), 0.01, m, velocity=(0.0, 0.0, -2.0))
+    sim.run(20)
 
 
 def _pressed_box() -> None:
