@@ -4,7 +4,7 @@ The warm-up before a run (:mod:`parsim.warmup`) compiles the kernels every run n
 the threaded builds (``parallel=True``, :mod:`parsim.parallel`): one rank with several numba
 threads switches to them once a kernel has :data:`parsim.parallel.PARALLEL_MIN` pairs or
 bodies, which many runs never reach, and compiling them all up front would add a minute to
-every first run. So the first run that needs one compiles it mid-run (11 s for the demo's
+every first run. So the first run that needs one compiles it mid-run (9-12 s for the demo's
 contact kernel here). :func:`watch` notes every compile (numba's ``numba:compile`` event, which
 fires on a cache miss only, not on a load), says the first one as it starts and adds up their
 seconds for the closing line.

@@ -58,7 +58,8 @@ def _prepare_ranks(net) -> None:
     The kernels are compiled (or loaded) first by rank 0, helped by rank 1 where that has a
     core of its own (:func:`_rank1_helps`), before the others load them (one compile instead of
     one per rank; the cache itself is safe to share, see :mod:`parsim.numba_cache`), with a
-    note when that takes long: a run's timings never include compiling."""
+    note when that takes long. A run's timings leave this out; a kernel compiled later, while
+    the run steps, is counted apart (:mod:`parsim.compile_watch`)."""
     import os
 
     import numba

@@ -74,13 +74,15 @@ spacing = 0.2
 
 
 def compile_kernels() -> None:
-    """Run tiny serial scenes that reach every kernel of a run: the spheres of the scene below,
-    several steps per call (the joint half-steps); then the whole scene, step
-    by step, with every shape, two materials, periodic images, walls and a pour (the narrow
-    phase of boxes and capsules comes last, so that a helper's :func:`compile_helper_part`
-    may have saved it by then); a box overlapping a plane at the start (the overlap warning's
-    kernel); the springs a checkpoint or a migration takes along; a hash grid losing half its
-    bodies at once; spheres deleted by outflow; and the halo kernels. Warnings of these scenes are not shown."""
+    """Run tiny serial scenes that reach every kernel of a run: the halo kernels; the spheres
+    of the scene below, several steps per call (the joint half-steps), rebuilding mid-run;
+    then the whole scene, step by step, with every shape, two materials, periodic images,
+    walls and a pour (the narrow phase of boxes and capsules comes last, so that a helper's
+    :func:`compile_helper_part` may have saved it by then); the springs a checkpoint or a
+    migration takes along; a box overlapping a plane at the start (the overlap warning's
+    kernel); a hash grid losing half its bodies at once; spheres deleted by outflow. The
+    threaded builds are left to their first use (:mod:`parsim.compile_watch`). Warnings of
+    these scenes are not shown."""
     scene = tomllib.loads(_SCENE)
     with warnings.catch_warnings():
         # the scenes are the warm-up's own: nothing in them concerns the user's run
