@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import time
 
+from numba.core import event
+
 from .parallel import PARALLEL_MIN
 
 
-class CompileWatch:
+class CompileWatch(event.Listener):
     """Seconds of the top-level compiles seen (a compile's callees are part of it) and the
     kernels' names; ``say(text)`` prints the first one's note."""
 
@@ -29,10 +31,10 @@ class CompileWatch:
         self._depth = 0
         self._t0 = 0.0
 
-    def on_start(self, event) -> None:
+    def on_start(self, ev) -> None:
         if self._depth == 0:
             self._t0 = time.perf_counter()
-            d = event.data["dispatcher"]
+            d = ev.data["dispatcher"]
             name = f"{d.py_func.__module__}.{d.py_func.__qualname__}"
             if not self.kernels:
                 why = (f"its threaded build, used from {PARALLEL_MIN:,} pairs or bodies with "
@@ -44,7 +46,7 @@ class CompileWatch:
             self.kernels.append(name)
         self._depth += 1
 
-    def on_end(self, event) -> None:
+    def on_end(self, ev) -> None:
         self._depth -= 1
         if self._depth == 0:
             self.seconds += time.perf_counter() - self._t0
@@ -53,20 +55,9 @@ class CompileWatch:
 @contextlib.contextmanager
 def watch(say):
     """A :class:`CompileWatch` listening to numba's compiles for the ``with`` body."""
-    from numba.core import event
-
     w = CompileWatch(say)
-
-    class _Listener(event.Listener):
-        def on_start(self, ev):
-            w.on_start(ev)
-
-        def on_end(self, ev):
-            w.on_end(ev)
-
-    listener = _Listener()
-    event.register("numba:compile", listener)
+    event.register("numba:compile", w)
     try:
         yield w
     finally:
-        event.unregister("numba:compile", listener)
+        event.unregister("numba:compile", w)
