@@ -20,46 +20,60 @@ from .contacts import (_clear_pair, _cross, _hertz_factor, _pair_params, _with_r
 from .narrowphase import WORK_SIZE, collide_into
 from .rows import row3, row4
 from .shapes import BOX, PLANE
+from .unmanaged import unmanaged
 
 
 @njit(cache=True, inline="always")
-def _apart(sb, dx, dy, dz, position, params, a, b, bounding_radius):
-    """True if the bounding spheres of A and B (or A's and plane B) are apart by more than a
+def _apart(sb, xa, posb, prb, ra, rb):
+    """True if the bounding spheres of A and B (centres ``xa``, ``posb``; radii ``ra``,
+    ``rb``), or A's and plane B (point ``posb``, normal ``prb``), are apart by more than a
     relative 1e-9: then the narrow phase, which reports penetrating contacts only, would find
-    none, so skipping it changes no result. Most candidate pairs of a packing (AABBs enlarged by
-    the skin) are such pairs, and the test costs a few flops instead of a narrow-phase call."""
-    ra = bounding_radius[a]
+    none, so skipping it changes no result. Most candidate pairs of a packing (AABBs enlarged
+    by the skin) are such pairs, and the test costs a few flops instead of a narrow-phase
+    call."""
     if sb == PLANE:
-        d = ((position[a, 0] - position[b, 0]) * params[b, 0]
-             + (position[a, 1] - position[b, 1]) * params[b, 1]
-             + (position[a, 2] - position[b, 2]) * params[b, 2])
+        d = ((xa[0] - posb[0]) * prb[0] + (xa[1] - posb[1]) * prb[1]
+             + (xa[2] - posb[2]) * prb[2])
         return d > ra * (1.0 + 1e-9)
-    reach = (ra + bounding_radius[b]) * (1.0 + 1e-9)
+    dx = xa[0] - posb[0]
+    dy = xa[1] - posb[1]
+    dz = xa[2] - posb[2]
+    reach = (ra + rb) * (1.0 + 1e-9)
     return dx * dx + dy * dy + dz * dz > reach * reach
 
 
 @njit(cache=True, inline="always")
-def _narrow_pair(a, b, shape, params, position, orientation, image, box, bounding_radius,
-                 normals, points, depths, work):
+def _narrow_pair(sa, sb, pra, prb, xa, xb, qa, qb, ia, ib, box, ra, rb, normals, points, depths,
+                 work):
     """The contact points of pair (A, B) with B taken in A's periodic image: their number (into
-    ``normals``, ``points``, ``depths``) and B's shifted position. 0 without a narrow-phase call
-    when the bounding spheres are apart (:func:`_apart`). Shared by the force kernel and the
-    start-of-run overlap check so both see the same contacts."""
-    sb = shape[b]
-    # the bodies' rows as tuples, not views (see parsim.rows)
-    posb = row3(position, b)
-    dx = dy = dz = 0.0
+    ``normals``, ``points``, ``depths``) and B's shifted position. Takes A's and B's shape
+    codes, parameter, position and orientation rows (tuples), image codes and bounding radii,
+    and the box lengths (a tuple). 0 without a narrow-phase call when the bounding spheres are
+    apart (:func:`_apart`). Shared by the force kernel and the start-of-run overlap check so
+    both see the same contacts.
+
+    Scalars and tuples, not the bodies' arrays: an inlined helper that takes arrays and
+    branches keeps two atomic reference-count updates per array and call (11 arrays here
+    until 2026-11-28). The scratch arrays come unmanaged (:mod:`parsim.unmanaged`)."""
+    posb = xb
     if sb != PLANE:
-        sx, sy, sz = relative_shift(image[a], image[b], box[0], box[1], box[2])
-        posb = (position[b, 0] + sx, position[b, 1] + sy, position[b, 2] + sz)
-        dx = position[a, 0] - posb[0]
-        dy = position[a, 1] - posb[1]
-        dz = position[a, 2] - posb[2]
-    if _apart(sb, dx, dy, dz, position, params, a, b, bounding_radius):
+        sx, sy, sz = relative_shift(ia, ib, box[0], box[1], box[2])
+        posb = (xb[0] + sx, xb[1] + sy, xb[2] + sz)
+    if _apart(sb, xa, posb, prb, ra, rb):
         return 0, posb
-    k = collide_into(shape[a], row3(params, a), row3(position, a), row4(orientation, a), sb,
-                     row3(params, b), posb, row4(orientation, b), normals, points, depths, work)
+    k = collide_into(sa, pra, xa, qa, sb, prb, posb, qb, normals, points, depths, work)
     return k, posb
+
+
+@njit(cache=True, inline="always")
+def _narrow_of(a, b, shape, params, position, orientation, image, bx, bounding_radius,
+               normals, points, depths, work):
+    """:func:`_narrow_pair` of bodies ``a`` and ``b``: their rows read here, in a helper that
+    does not branch (so numba's reference counts of the arrays cancel out)."""
+    return _narrow_pair(shape[a], shape[b], row3(params, a), row3(params, b),
+                        row3(position, a), row3(position, b), row4(orientation, a),
+                        row4(orientation, b), image[a], image[b], bx, bounding_radius[a],
+                        bounding_radius[b], normals, points, depths, work)
 
 
 def scratch(threads: int):
@@ -94,6 +108,11 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
                    bounding_radius, shear, touching, pout, live, update, normals, points,
                    depths, work):
     pf, pta, ptb = pair_rows(pout)
+    bx = (box[0], box[1], box[2])
+    normals = unmanaged(normals)
+    points = unmanaged(points)
+    depths = unmanaged(depths)
+    work = unmanaged(work)
     count = 0
     for q in range(q0, q1):
         p = sel[q]
@@ -102,8 +121,8 @@ def _general_chunk(sel, q0, q1, pa, pb, hist, shape, params, flags, material, ma
         h = hist[p]
         sb = shape[b]
         nh = 4
-        k, posb = _narrow_pair(a, b, shape, params, position, orientation, image, box,
-                               bounding_radius, normals, points, depths, work)
+        k, posb = _narrow_of(a, b, shape, params, position, orientation, image, bx,
+                             bounding_radius, normals, points, depths, work)
         if k == 0:
             _clear_pair(p, h, nh, shear, touching, pf, pta, ptb, live, update)
             continue
@@ -196,14 +215,15 @@ def deepest_overlaps(sel, pa, pb, shape, params, position, orientation, image, b
     points = np.zeros((4, 3))
     depths = np.zeros(4)
     work = np.zeros(WORK_SIZE)
+    bx = (box[0], box[1], box[2])
     for q in range(sel.shape[0]):
         p = sel[q]
         a = pa[p]
         b = pb[p]
         sb = shape[b]
         out[q] = 0.0
-        k, _ = _narrow_pair(a, b, shape, params, position, orientation, image, box,
-                            bounding_radius, normals, points, depths, work)
+        k, _ = _narrow_of(a, b, shape, params, position, orientation, image, bx,
+                          bounding_radius, normals, points, depths, work)
         deepest = 0.0
         for c in range(k):
             deepest = max(deepest, depths[c])

@@ -161,11 +161,7 @@ def test_bounding_sphere_pretest_never_skips_a_contact(seed):
         gap = (ra + rb) * rng.choice([1 + 2e-9, 1 + 1e-6, 1 - 1e-8, 1 - 1e-6, 1 - 1e-3,
                                       rng.uniform(0.9, 1.1)])
         xb = xa - gap * u
-        position = np.stack([xa, xb])
-        params = np.stack([pa, pb])
-        brad = np.array([ra, rb])
-        d = xa - xb
-        apart = _apart(sb, d[0], d[1], d[2], position, params, 0, 1, brad)
+        apart = _apart(sb, tuple(xa), tuple(xb), tuple(pb), ra, rb)
         n = np.zeros((MAX_CONTACTS, 3))
         p = np.zeros((MAX_CONTACTS, 3))
         dep = np.zeros(MAX_CONTACTS)
