@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from .broadphase.idmap import IdMap, map_delete, map_set
+from .unmanaged import unmanaged
 
 #: flag bits
 FIXED = np.uint8(1)      #: takes part in contacts but never moves
@@ -233,11 +234,15 @@ def _take_rows(a, src, out):
 
 @njit(cache=True)
 def _delete_keys(keys, vals, to_delete):
+    keys = unmanaged(keys)          # no atomic reference counts per call (parsim.unmanaged)
+    vals = unmanaged(vals)
     for i in range(to_delete.shape[0]):
         map_delete(keys, vals, to_delete[i])
 
 
 @njit(cache=True)
 def _set_slots(keys, vals, present, slots):
+    keys = unmanaged(keys)
+    vals = unmanaged(vals)
     for i in range(present.shape[0]):
         map_set(keys, vals, present[i], slots[i])

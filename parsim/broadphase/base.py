@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 from numba import njit
 
+from ..unmanaged import unmanaged
 from .idmap import IdMap, _bucket, id_extremes, map_delete, map_set
 
 
@@ -144,6 +145,10 @@ def _swap_remove(keys, vals, ids_arr, lo, hi, n, slots, move_src, move_dst):
             rm_ids[k] = ids_arr[slots[k]]
     direct = keys.shape[0] == 0
     mask = keys.shape[0] - 1
+    # the map's arrays without their owner for the calls below (map_set, map_delete): two
+    # atomic reference-count updates per array and call otherwise (parsim.unmanaged)
+    keys = unmanaged(keys)
+    vals = unmanaged(vals)
     moves = 0
     for k in range(m):
         if descending:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..unmanaged import unmanaged
+
 EMPTY = -1
 
 
@@ -185,6 +187,8 @@ def map_delete(keys, vals, key):
 
 @njit(cache=True)
 def for_each_delete(keys, vals, ids):
+    keys = unmanaged(keys)          # no atomic reference counts per call (parsim.unmanaged)
+    vals = unmanaged(vals)
     for i in range(ids.shape[0]):
         map_delete(keys, vals, ids[i])
 
