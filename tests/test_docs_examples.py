@@ -451,6 +451,10 @@ EXAMPLES = {
         "sh", "tests/test_mpi_smoke.py", skip="the suite's serial and 2-rank sessions of "
         "tests/test_mpi_smoke.py (scripts/run_tests.sh runs that file in both)"),
     ("docs/development.md", 4): Example("python", "inspect_asm", inspect_asm),
+    ("docs/development.md", 5): Example(
+        "sh", "break NRT_incref", skip="attaches gdb (not a dependency; Debian's gdb package) "
+        "to a running process given by its PID; what it found is fixed and tested for bits "
+        "(tests/test_unmanaged.py, the kernel and invariance tests)"),
     ("docs/engine.md", 0): Example("python", "parsim.Simulation(", engine_api),
     ("docs/engine.md", 1): Example("sh", "pass-remarks", vectoriser_remarks),
     ("docs/output.md", 0): Example("", "format_version = 2", snapshot_layout),
