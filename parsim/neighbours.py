@@ -133,15 +133,30 @@ def _carry_history(old_u, old_v, old_r, old_hist, old_shear, old_touch, new_u, n
 def history_keys(st, pa, pb):
     """(uid A, uid B, relative unwrapped image) of pairs: the identity of a contact, unchanged
     when a body is wrapped across a periodic face or its copy comes from another image."""
-    ia = st.image[pa].astype(np.int64)
-    ib = st.image[pb].astype(np.int64)
-    rel = np.empty((pa.size, 3), dtype=np.int64)
-    rel[:, 0] = ib % 3 - ia % 3
-    rel[:, 1] = (ib // 3) % 3 - (ia // 3) % 3
-    rel[:, 2] = ib // 9 - ia // 9
-    rel += st.wraps[pb].astype(np.int64) - st.wraps[pa].astype(np.int64)
-    packed = ((rel[:, 0] + (1 << 20)) << 42) | ((rel[:, 1] + (1 << 20)) << 21) | (rel[:, 2] + (1 << 20))
-    return st.uid[pa], st.uid[pb], packed
+    hu = np.empty(pa.size, dtype=np.int64)
+    hv = np.empty(pa.size, dtype=np.int64)
+    hr = np.empty(pa.size, dtype=np.int64)
+    _history_keys(pa, pb, st.uid, st.image, st.wraps, hu, hv, hr)
+    return hu, hv, hr
+
+
+@njit(cache=True)
+def _history_keys(pa, pb, uid, image, wraps, hu, hv, hr):
+    """:func:`history_keys` in one pass (as numpy expressions it took 2.2 ms of a 14 ms rebuild
+    of the demo, 2026-11-28). The relative image per axis is the difference of the image codes'
+    digits plus that of the wraps; the three are packed with an offset of 2**20 each."""
+    off = np.int64(1) << 20
+    for p in range(pa.shape[0]):
+        a = pa[p]
+        b = pb[p]
+        ia = np.int64(image[a])
+        ib = np.int64(image[b])
+        r0 = ib % 3 - ia % 3 + (np.int64(wraps[b, 0]) - np.int64(wraps[a, 0]))
+        r1 = (ib // 3) % 3 - (ia // 3) % 3 + (np.int64(wraps[b, 1]) - np.int64(wraps[a, 1]))
+        r2 = ib // 9 - ia // 9 + (np.int64(wraps[b, 2]) - np.int64(wraps[a, 2]))
+        hu[p] = uid[a]
+        hv[p] = uid[b]
+        hr[p] = ((r0 + off) << 42) | ((r1 + off) << 21) | (r2 + off)
 
 
 #: one contact's spring history as a record (what migrates with a body)
