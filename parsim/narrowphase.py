@@ -676,11 +676,19 @@ def _after(params_a, pos_a, quat_a, params_b, pos_b, quat_b):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def collide_into(shape_a, params_a, pos_a, quat_a, shape_b, params_b, pos_b, quat_b, normals,
                  points, depths, work):
     """:func:`collide` with a caller-owned scratch buffer ``work`` (float64[WORK_SIZE]), so the
-    time step allocates nothing per pair (one buffer per thread)."""
+    time step allocates nothing per pair (one buffer per thread).
+
+    Inlined into its callers (the general pair kernel, the overlap check, :func:`collide`): one
+    call layer less per pair, the general pair kernel 10 % faster on the demo's state
+    (2026-11-28: best 3.02-3.53 -> 2.70-3.00 ms, four alternations, same bits); compiling the
+    kernel's serial build with the narrow phase took 25.0 s with it, 27.4 s without (one fresh
+    compile each). Its callers pass the scratch arrays unmanaged (:mod:`parsim.unmanaged`)
+    where it matters: an inlined helper that branches keeps the reference counts of its array
+    arguments."""
     if shape_a < shape_b or (shape_a == shape_b
                              and not _after(params_a, pos_a, quat_a, params_b, pos_b, quat_b)):
         return _collide_ordered(shape_a, params_a, pos_a, quat_a, shape_b, params_b, pos_b,

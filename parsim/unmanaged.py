@@ -9,7 +9,9 @@ time on the demo's 20,000 pairs (2026-11-28, gdb and perf on the kernel alone). 
 owner is NULL costs a test and no atomic (numba's ``NRT_incref`` skips a NULL owner), and its
 views inherit the NULL owner. :func:`unmanaged` makes such a copy of an array's descriptor; the
 data are the same, so it is only valid while the original array is alive (a kernel's argument
-is, for the whole call). Used for scratch buffers only: nothing unmanaged is returned or kept.
+is, for the whole call). Never make one of an array a kernel creates itself: numba frees a
+variable after its last use, which may come before the unmanaged copy's. Used for scratch
+buffers only: nothing unmanaged is returned or kept.
 """
 
 from __future__ import annotations
