@@ -68,8 +68,9 @@ def _narrow_pair(sa, sb, pra, prb, xa, xb, qa, qb, ia, ib, box, ra, rb, normals,
 @njit(cache=True, inline="always")
 def _narrow_of(a, b, shape, params, position, orientation, image, bx, bounding_radius,
                normals, points, depths, work):
-    """:func:`_narrow_pair` of bodies ``a`` and ``b``: their rows read here, in a helper that
-    does not branch (so numba's reference counts of the arrays cancel out)."""
+    """:func:`_narrow_pair` of bodies ``a`` and ``b``: their rows are read here, before any
+    branch, and only the scratch arrays go on; numba's reference counts of the body arrays then
+    cancel out (the compiled general kernel has no atomic instruction left: gdb, 2026-11-28)."""
     return _narrow_pair(shape[a], shape[b], row3(params, a), row3(params, b),
                         row3(position, a), row3(position, b), row4(orientation, a),
                         row4(orientation, b), image[a], image[b], bx, bounding_radius[a],
