@@ -190,13 +190,17 @@ def apply_moves(arr, move_src, move_dst):
 @njit(cache=True)
 def _same_ids(ids, stored):
     """Whether ``ids`` equals ``stored[:ids.shape[0]]``: a vectorised count per chunk of 4096,
-    stopping at the first chunk that differs."""
+    stopping at the first chunk that differs. Each chunk is indexed from 0 through slices: an
+    index running from a chunk's start, whose sign numba cannot know, gets the negative-index
+    wraparound on every load and is not vectorised (40,000 ids: 150 us instead of 6 us)."""
     n = ids.shape[0]
     for a in range(0, n, 4096):
         b = min(a + 4096, n)
+        x = ids[a:b]
+        y = stored[a:b]
         same = 0
-        for i in range(a, b):
-            same += ids[i] == stored[i]
+        for i in range(b - a):
+            same += x[i] == y[i]
         if same != b - a:
             return False
     return True

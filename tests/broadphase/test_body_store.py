@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parsim.broadphase.base import BodyStore
+from parsim.broadphase.base import BodyStore, _same_ids
 
 
 def _store(rng, n, sparse):
@@ -62,3 +62,25 @@ def test_removing_everything_from_the_top_moves_nothing():
     st = _store(rng, 500, False)
     src, dst = st.swap_remove(np.arange(499, -1, -1, dtype=np.int64))
     assert src.size == dst.size == 0 and st.n == 0 and st.map.count == 0
+
+
+@pytest.mark.parametrize("n", [1, 4095, 4096, 4097, 10000])
+def test_slots_of_in_stored_order_and_one_id_out_of_place(n):
+    """``slots_of`` takes a shortcut when the ids are the stored ones in stored order (checked
+    chunk by chunk, ``_same_ids``): it must answer 0..n-1 then, and the slots through the id map
+    when one pair of ids anywhere is swapped (first, last, either side of a chunk border)."""
+    rng = np.random.default_rng(n)
+    st = _store(rng, n, sparse=True)
+    ids = st.ids[:n].copy()
+    assert _same_ids(ids, st.ids) and (st.slots_of(ids) == np.arange(n)).all()
+    for i in sorted({0, n - 1, 4095 % n, 4096 % n, n // 2}):
+        j = (i + 1) % n
+        if j == i:
+            continue
+        other = ids.copy()
+        other[i], other[j] = other[j], other[i]
+        assert not _same_ids(other, st.ids)
+        want = np.arange(n)
+        want[i], want[j] = want[j], want[i]
+        assert (st.slots_of(other) == want).all()
+    assert _same_ids(ids[: n // 2], st.ids)  # a prefix of the store in order is the same too
