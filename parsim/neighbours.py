@@ -30,7 +30,7 @@ from numba import njit
 from .bodies import FIXED, GLOBAL, NO_SHIFT, REPLICATED, SHADOW
 from .broadphase import HierarchicalHashGrid
 from .contacts import MAX_POINTS, pair_rows, relative_shift
-from .orders import group_order, key_ranks
+from .orders import key_ranks, rank_order
 from .shapes import PLANE, SPHERE, compute_aabbs
 
 
@@ -287,17 +287,18 @@ class NeighbourList:
         # scattered in space. The order of the pairs changes no result, only the speed.
         # ``key_order=None`` picks key order if it walks the bodies nearly in slot order (see
         # _key_order_is_local).
-        # (counting sorts by slot or key rank: the permutations of the np.lexsort calls noted)
+        # (counting sorts by slot or key rank, orders.rank_order: the permutations of the
+        # np.lexsort calls noted; a key's rank orders as the key does)
         rank, urank = key_ranks(st.key[:n])
         if key_order is None or key_order:
             # np.lexsort((np.maximum(key_a, key_b), np.minimum(key_a, key_b)))
-            lower = np.where(key_a < key_b, pa, pb)
-            higher = np.maximum(key_a, key_b)
-            order = group_order(rank[lower], n, higher, higher)
+            a_low = key_a < key_b
+            lower = np.where(a_low, pa, pb)
+            order = rank_order(rank[lower], n, rank[np.where(a_low, pb, pa)], n, pa)
             if key_order is None:
                 key_order = _key_order_is_local(lower[order])
         if not key_order:
-            order = group_order(pa, n, pb, pb)              # np.lexsort((pb, pa))
+            order = rank_order(pa, n, pb, n, pb)            # np.lexsort((pb, pa))
         self.key_order = key_order
         pa, pb, key_a, key_b = pa[order], pb[order], key_a[order], key_b[order]
         sph_a = st.shape[pa] == SPHERE
@@ -311,7 +312,7 @@ class NeighbourList:
         shear = np.zeros((n_hist, 3))
         touching = np.zeros(n_hist, dtype=np.bool_)
         hu, hv, hr = history_keys(st, pa, pb)
-        horder = group_order(urank[pa], n, hv, hr)          # np.lexsort((hr, hv, hu))
+        horder = rank_order(urank[pa], n, urank[pb], n, hr)  # np.lexsort((hr, hv, hu))
         hu, hv, hr = hu[horder], hv[horder], hr[horder]
         _carry_history(self.h_u, self.h_v, self.h_r, self.h_hist, self.shear, self.touching,
                        hu, hv, hr, hist[horder], nh[horder], shear, touching)
@@ -328,10 +329,11 @@ class NeighbourList:
         side_a = np.flatnonzero(pa < no)
         side_b = np.flatnonzero(pb < no)
         body = np.concatenate([pa[side_a], pb[side_b]])
-        partner = np.concatenate([key_b[side_a], key_a[side_b]])
+        partner = np.concatenate([pb[side_a], pa[side_b]])
         pair = np.concatenate([side_a, side_b])
         side = np.concatenate([np.zeros(side_a.size, np.int64), np.ones(side_b.size, np.int64)])
-        order = group_order(body, no, partner, partner)  # np.lexsort((partner, body))
+        # np.lexsort((key[partner], body))
+        order = rank_order(body, no, rank[partner], n, partner)
         self.entry = (2 * pair + side)[order].astype(np.int64)
         counts = np.bincount(body, minlength=no)[:no]
         self.ptr = np.zeros(no + 1, dtype=np.int64)

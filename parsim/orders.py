@@ -3,9 +3,9 @@
 A rebuild orders its pairs several times: by key (or by slot) for the pair sweep, by history
 key to carry the springs over, and by (body, partner key) for the per-body sums. With
 ``np.lexsort`` these were a quarter of a rebuild of the 8,000-sphere gas (2.2 of 9 ms). Each is
-here a counting sort by a small integer group (a slot, or the rank of a key among the stored
-copies) followed by an insertion sort of each group's few items: O(items + groups), and the
-same permutation as the stable ``np.lexsort`` of the same keys (tested).
+here two stable counting sorts by small integers (a slot, or the rank of a key among the
+stored copies, :func:`key_ranks`): O(items + groups), and the same permutation as the stable
+``np.lexsort`` of the same keys (tested).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from numba import njit
 
 #: bits per digit of :func:`radix_argsort`
 DIGIT = 11
-#: groups longer than this are ordered by two stable merge sorts instead of insertion
-INSERTION_MAX = 32
 
 
 @njit(cache=True)
@@ -72,49 +70,62 @@ def key_ranks(keys):
     return rank, urank
 
 
-@njit(cache=True, inline="always")
-def _before(k1a, k2a, k1b, k2b):
-    """(k1a, k2a) < (k1b, k2b). Scalars, not the key arrays and two indices: a helper taking
-    arrays costs two atomic reference-count updates per array and call (on 2026-11-28 the
-    most frequent ones of a demo run)."""
-    return k1a < k1b or (k1a == k1b and k2a < k2b)
-
-
 @njit(cache=True)
-def group_order(group, n_groups, k1, k2):
-    """Stable order of items by (``group``, ``k1``, ``k2``): the permutation of
-    ``np.lexsort((k2, k1, group))``. ``group`` in ``0..n_groups-1``."""
+def rank_order(group, n_groups, r, n_r, tie):
+    """Stable order of items by (``group``, ``r``, ``tie``): the permutation of
+    ``np.lexsort((tie, r, group))``, for ``group`` in ``0..n_groups-1`` and ``r`` in
+    ``0..n_r-1`` (a rank: ordering items by it orders them by the key it ranks, e.g.
+    ``key_ranks``' rank of a partner's key).
+
+    Two stable counting sorts, by ``r`` and then by ``group``: O(items + groups + ranks), no
+    comparisons (until 2026-11-28 a counting sort by group and an insertion sort of each group
+    by comparisons, a mispredicted branch or two per item: the demo's neighbour phase is ~8 %
+    faster without, same permutation). Items equal in (group, r) (only repeated pairs make them) are
+    then ordered by ``tie`` by insertion, stably; the second sort sees them (an item placed
+    after one of the same group and rank), so without them there is no such pass."""
     m = group.shape[0]
-    start = np.zeros(n_groups + 1, dtype=np.int64)
+    cnt_r = np.zeros(n_r + 1, dtype=np.int64)
+    cnt_g = np.zeros(n_groups + 1, dtype=np.int64)
     for i in range(m):
-        start[group[i] + 1] += 1
+        cnt_r[r[i] + 1] += 1
+        cnt_g[group[i] + 1] += 1
+    for k in range(n_r):
+        cnt_r[k + 1] += cnt_r[k]
     for g in range(n_groups):
-        start[g + 1] += start[g]
-    fill = start[:-1].copy()
+        cnt_g[g + 1] += cnt_g[g]
+    by_r = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        k = r[i]
+        by_r[cnt_r[k]] = i
+        cnt_r[k] += 1
     out = np.empty(m, dtype=np.int64)
-    for i in range(m):
+    last = np.full(n_groups, -1, dtype=np.int64)   # the rank of each group's last item placed
+    ties = False
+    for j in range(m):
+        i = by_r[j]
         g = group[i]
-        out[fill[g]] = i
-        fill[g] += 1
-    for g in range(n_groups):
-        a = start[g]
-        b = start[g + 1]
-        if b - a <= 1:
-            continue
-        if b - a <= INSERTION_MAX:
-            for i in range(a + 1, b):
-                x = out[i]
-                kx1 = k1[x]
-                kx2 = k2[x]
-                j = i - 1
-                while j >= a and _before(kx1, kx2, k1[out[j]], k2[out[j]]):
-                    out[j + 1] = out[j]
-                    j -= 1
-                out[j + 1] = x
-        else:
-            seg = out[a:b].copy()
-            o2 = np.argsort(k2[seg], kind="mergesort")
-            seg = seg[o2]
-            o1 = np.argsort(k1[seg], kind="mergesort")
-            out[a:b] = seg[o1]
+        k = r[i]
+        ties |= last[g] == k
+        last[g] = k
+        out[cnt_g[g]] = i
+        cnt_g[g] += 1
+    if not ties:
+        return out
+    # runs of equal (group, r): ordered by tie (stable insertion)
+    a = 0
+    while a < m:
+        ga = group[out[a]]
+        ra = r[out[a]]
+        b = a + 1
+        while b < m and group[out[b]] == ga and r[out[b]] == ra:
+            b += 1
+        for i in range(a + 1, b):
+            x = out[i]
+            t = tie[x]
+            j = i - 1
+            while j >= a and t < tie[out[j]]:
+                out[j + 1] = out[j]
+                j -= 1
+            out[j + 1] = x
+        a = b
     return out

@@ -3,31 +3,7 @@
 import numpy as np
 import pytest
 
-from parsim.orders import INSERTION_MAX, group_order, key_ranks, radix_argsort
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_group_order_is_lexsort(seed):
-    rng = np.random.default_rng(seed)
-    m = int(rng.integers(0, 2000))
-    n_groups = int(rng.integers(1, 300))
-    group = rng.integers(0, n_groups, m)
-    if seed % 5 == 0:
-        group[:] = 0            # one group far above INSERTION_MAX: the merge-sort branch
-    # small ranges make ties in k1 and in (k1, k2): stability decides their order
-    k1 = rng.integers(0, int(rng.choice([3, 50, 2**40])), m)
-    k2 = rng.integers(0, int(rng.choice([2, 7, 2**62])), m)
-    got = group_order(group, n_groups, k1, k2)
-    assert np.array_equal(got, np.lexsort((k2, k1, group)))
-
-
-def test_group_order_sizes_around_insertion_limit():
-    rng = np.random.default_rng(7)
-    for size in (0, 1, 2, INSERTION_MAX, INSERTION_MAX + 1, 5 * INSERTION_MAX):
-        group = np.zeros(size, dtype=np.int64)
-        k1 = rng.integers(0, 4, size)
-        k2 = rng.integers(0, 4, size)
-        assert np.array_equal(group_order(group, 1, k1, k2), np.lexsort((k2, k1, group)))
+from parsim.orders import key_ranks, radix_argsort, rank_order
 
 
 @pytest.mark.parametrize("bits", [1, 5, 11, 12, 22, 23, 40, 62])
@@ -71,3 +47,31 @@ def test_exact_sum_is_the_correctly_rounded_sum_in_any_split():
     assert net.exact_sum(small) == math.fsum(small) and net.exact_sum(np.zeros(3)) == 0.0
     with pytest.raises(ValueError, match="finite"):
         net.exact_sum(np.array([1.0, np.inf]))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rank_order_is_lexsort(seed):
+    """rank_order's two counting sorts (and the tie pass) give np.lexsort's permutation, with
+    repeated (group, r) items, empty groups and ranks, and one item or none."""
+    rng = np.random.default_rng(100 + seed)
+    m = int(rng.integers(0, 3000)) if seed > 1 else seed
+    n_groups = int(rng.integers(1, 400))
+    n_r = int(rng.integers(1, 400))
+    group = rng.integers(0, n_groups, m)
+    r = rng.integers(0, int(rng.choice([1, 3, n_r])), m)
+    tie = rng.integers(0, int(rng.choice([1, 4, 2**62])), m)
+    got = rank_order(group, n_groups, r, n_r, tie)
+    assert np.array_equal(got, np.lexsort((tie, r, group)))
+
+
+def test_rank_order_by_the_rank_of_a_key_is_the_order_by_the_key():
+    """As the rebuild uses it: groups by slot, r the rank of the partner's key (key_ranks), so
+    the order is that of the key itself (repeated pairs kept in their order)."""
+    rng = np.random.default_rng(4)
+    keys = rng.choice(10**15, size=2000, replace=False)
+    rank, _ = key_ranks(keys)
+    m = 20000
+    a = rng.integers(0, 2000, m)
+    b = rng.integers(0, 2000, m)
+    want = np.lexsort((keys[b], a))
+    assert np.array_equal(rank_order(a, 2000, rank[b], 2000, b), want)
