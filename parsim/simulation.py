@@ -929,6 +929,7 @@ class Simulation:
         order = np.argsort(key, kind="stable")
         if (order != np.arange(n)).any():
             st.permute_owned(order)
+            self.nl.forget_order()
 
     # ---- the step ----------------------------------------------------------------------------
     def _forces(self, update: bool = True, moved: float = math.inf) -> None:

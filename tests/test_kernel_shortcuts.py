@@ -324,6 +324,29 @@ def test_pair_order_changes_no_bit():
             assert np.array_equal(out["key"][k], out[order][k]), (order, k)
 
 
+def test_the_measured_pair_order_is_reused_then_measured_again(monkeypatch):
+    """``pair_order = "auto"`` measures the locality of key order (a sort by key) at one
+    rebuild and reuses the choice for AUTO_REUSE more; a sort of the owned bodies in memory
+    (``forget_order``) makes the next rebuild measure again."""
+    import parsim.neighbours as nb
+
+    calls = []
+    real = nb._key_order_is_local
+    monkeypatch.setattr(nb, "_key_order_is_local", lambda s: calls.append(1) or real(s))
+    sim = _sphere_pile("auto")
+    sim.sort_interval = 10**9          # no sort after the first: only the reuse counts
+    while sim.nl is None or sim.nl.builds < 2 * nb.AUTO_REUSE + 5:
+        sim.step()
+    builds = sim.nl.builds
+    # the first rebuild (which sorts) and every (AUTO_REUSE + 1)-th after it measure
+    assert len(calls) == 1 + (builds - 1) // (nb.AUTO_REUSE + 1) == 3, (len(calls), builds)
+    n = len(calls)
+    sim.nl.forget_order()
+    while sim.nl.builds == builds:
+        sim.step()
+    assert len(calls) == n + 1
+
+
 def test_unknown_pair_order_is_refused():
     sim = _pile()
     sim.pair_order = "random"
