@@ -4,8 +4,8 @@ A rebuild orders its pairs several times: by key (or by slot) for the pair sweep
 key to carry the springs over, and by (body, partner key) for the per-body sums. With
 ``np.lexsort`` these were a quarter of a rebuild of the 8,000-sphere gas (2.2 of 9 ms). Each is
 here two stable counting sorts by small integers (a slot, or the rank of a key among the
-stored copies, :func:`key_ranks`): O(items + groups), and the same permutation as the stable
-``np.lexsort`` of the same keys (tested).
+stored copies, :func:`key_ranks`): O(items + groups + ranks), and the same permutation as
+the stable ``np.lexsort`` of the same keys (tested).
 """
 
 from __future__ import annotations
@@ -80,9 +80,10 @@ def rank_order(group, n_groups, r, n_r, tie):
     Two stable counting sorts, by ``r`` and then by ``group``: O(items + groups + ranks), no
     comparisons (until 2026-11-28 a counting sort by group and an insertion sort of each group
     by comparisons, a mispredicted branch or two per item: the demo's neighbour phase is ~8 %
-    faster without, same permutation). Items equal in (group, r) (only repeated pairs make them) are
-    then ordered by ``tie`` by insertion, stably; the second sort sees them (an item placed
-    after one of the same group and rank), so without them there is no such pass."""
+    faster without, same permutation). Items equal in (group, r) (repeated pairs; in the
+    history order, the contacts of one pair of bodies through several images) are then
+    ordered by ``tie`` by insertion, stably; the second sort sees them (an item placed after
+    one of the same group and rank), so without them there is no such pass."""
     m = group.shape[0]
     cnt_r = np.zeros(n_r + 1, dtype=np.int64)
     cnt_g = np.zeros(n_groups + 1, dtype=np.int64)

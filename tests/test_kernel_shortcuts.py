@@ -327,24 +327,28 @@ def test_pair_order_changes_no_bit():
 def test_the_measured_pair_order_is_reused_then_measured_again(monkeypatch):
     """``pair_order = "auto"`` measures the locality of key order (a sort by key) at one
     rebuild and reuses the choice for AUTO_REUSE more; a sort of the owned bodies in memory
-    (``forget_order``) makes the next rebuild measure again."""
+    (``forget_order``, called by ``_sort_owned``) makes the next rebuild measure again."""
     import parsim.neighbours as nb
 
-    calls = []
+    at = []                            # the rebuilds (counted before each) that measured
     real = nb._key_order_is_local
-    monkeypatch.setattr(nb, "_key_order_is_local", lambda s: calls.append(1) or real(s))
     sim = _sphere_pile("auto")
+    monkeypatch.setattr(nb, "_key_order_is_local", lambda s: at.append(sim.nl.builds) or real(s))
     sim.sort_interval = 10**9          # no sort after the first: only the reuse counts
     while sim.nl is None or sim.nl.builds < 2 * nb.AUTO_REUSE + 5:
         sim.step()
-    builds = sim.nl.builds
-    # the first rebuild (which sorts) and every (AUTO_REUSE + 1)-th after it measure
-    assert len(calls) == 1 + (builds - 1) // (nb.AUTO_REUSE + 1) == 3, (len(calls), builds)
-    n = len(calls)
+    k = nb.AUTO_REUSE + 1
+    assert at == [0, k, 2 * k], at     # the first rebuild (which sorts), then every k-th
     sim.nl.forget_order()
-    while sim.nl.builds == builds:
+    b = sim.nl.builds
+    while sim.nl.builds == b:
         sim.step()
-    assert len(calls) == n + 1
+    assert at[-1] == b
+    sim.sort_interval = 1              # a sort at the next rebuild forgets the choice too
+    b = sim.nl.builds
+    while sim.nl.builds == b:
+        sim.step()
+    assert at[-1] == b
 
 
 def test_unknown_pair_order_is_refused():

@@ -192,7 +192,7 @@ def _same_ids(ids, stored):
     """Whether ``ids`` equals ``stored[:ids.shape[0]]``: a vectorised count per chunk of 4096,
     stopping at the first chunk that differs. Each chunk is indexed from 0 through slices: an
     index running from a chunk's start, whose sign numba cannot know, gets the negative-index
-    wraparound on every load and is not vectorised (40,000 ids: 150 us instead of 6 us)."""
+    wraparound on every load and is not vectorised (40,000 ids: 150 us instead of 8 us)."""
     n = ids.shape[0]
     for a in range(0, n, 4096):
         b = min(a + 4096, n)
