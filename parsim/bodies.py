@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .broadphase.idmap import IdMap, map_delete, map_set
+from .broadphase.idmap import IdMap, map_set
 from .unmanaged import unmanaged
 
 #: flag bits
@@ -140,8 +140,7 @@ class BodyStorage:
         if slots.size == 0:
             return
         n, k = self.n_owned, slots.size
-        _delete_keys(self.map.keys, self.map.vals, self.key[slots])
-        self.map.count -= k
+        self.map.delete(self.key[slots])
         holes = slots[slots < n - k]
         tail = np.ones(k, dtype=bool)
         tail[slots[slots >= n - k] - (n - k)] = False
@@ -176,8 +175,7 @@ class BodyStorage:
     def clear_shadows(self) -> None:
         if self.n_shadow:
             keys = self.key[self.n_owned : self.n]
-            _delete_keys(self.map.keys, self.map.vals, keys)
-            self.map.count -= keys.shape[0]
+            self.map.delete(keys)
             self.n_shadow = 0
 
     def append_shadows(self, src_slots: np.ndarray, image: np.ndarray) -> None:
@@ -230,14 +228,6 @@ def _take_rows(a, src, out):
         s = src[i]
         for c in range(w):
             out[i, c] = a[s, c]
-
-
-@njit(cache=True)
-def _delete_keys(keys, vals, to_delete):
-    keys = unmanaged(keys)          # no atomic reference counts per call (parsim.unmanaged)
-    vals = unmanaged(vals)
-    for i in range(to_delete.shape[0]):
-        map_delete(keys, vals, to_delete[i])
 
 
 @njit(cache=True)

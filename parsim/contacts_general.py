@@ -54,7 +54,8 @@ def _narrow_pair(sa, sb, pra, prb, xa, xb, qa, qb, ia, ib, box, ra, rb, normals,
 
     Scalars and tuples, not the bodies' arrays: an inlined helper that takes arrays and
     branches keeps two atomic reference-count updates per array and call (11 arrays here
-    until 2026-11-28). The scratch arrays come unmanaged (:mod:`parsim.unmanaged`)."""
+    until 2026-11-28). The force kernel passes its scratch arrays unmanaged
+    (:mod:`parsim.unmanaged`)."""
     posb = xb
     if sb != PLANE:
         sx, sy, sz = relative_shift(ia, ib, box[0], box[1], box[2])

@@ -67,7 +67,7 @@ def test_the_helpers_kernels_are_the_ones_the_warm_up_needs():
     assert after.get("parsim.broadphase.base._descending")
     # the springs of a checkpoint or migration, and bodies deleted by outflow (the same)
     assert after.get("parsim.neighbours._any_touching")
-    assert after.get("parsim.bodies._delete_keys")
+    assert after.get("parsim.broadphase.idmap.for_each_delete")
     # and the helper leaves the hash grid's detection to rank 0 (no work done twice)
     assert "parsim.broadphase.hashgrid_detect.find_pairs_rows" not in helper
     assert after.get("parsim.broadphase.hashgrid_detect.find_pairs_rows")
