@@ -23,30 +23,58 @@ from .decomposition import NONE
 #: message tags: 2 per axis and direction of travel, for counts and data
 _TAG = 7000
 
+
+def _mpich_names(cvar: str) -> tuple[str, ...]:
+    """The names MPICH reads for control variable ``MPIR_CVAR_<cvar>`` (the MPIR_CVAR_ one wins
+    when several are set)."""
+    return tuple(f"{p}_{cvar}" for p in ("MPIR_CVAR", "MPIR_PARAM", "MPICH"))
+
+
 #: MPICH (ch4) sends a message of at least this many bytes between two processes of a node by
 #: a single copy (CMA: the receiver reads the sender's buffer with process_vm_readv), 8 KiB by
 #: default. Measured on the 8,000-sphere gas on two ranks (2026-11-27): after such a transfer,
 #: packing the next step's shadow refresh into the same buffer took 9-10 us instead of 1.5 in
 #: some runs (3 of 5 in one benchmark, none of 8 later runs), and a step 209 us instead of
 #: 200; the eager path was as fast or faster in every case measured. parsim raises the
-#: threshold to 256 KiB when MPI is not yet initialised and the user set none of MPICH's names
-#: for it, so that messages below 256 KiB (the pruned refresh of that gas: 11-70 kB) go through
-#: MPICH's shared-memory queue; larger ones keep the single copy. The variable is set in this
-#: process's environment (so programs it launches inherit it); other MPI libraries ignore it.
+#: threshold to 256 KiB, so that messages below 256 KiB (the pruned refresh of that gas: 11-70
+#: kB) go through MPICH's shared-memory queue; larger ones keep the single copy.
 CMA_THRESHOLD = ("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD", str(256 * 1024))
-#: the names MPICH reads for that setting (the MPIR_CVAR_ one wins when several are set)
-CMA_THRESHOLD_NAMES = ("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD",
-                       "MPIR_PARAM_CH4_IPC_CMA_P2P_THRESHOLD", "MPICH_CH4_IPC_CMA_P2P_THRESHOLD")
+CMA_THRESHOLD_NAMES = _mpich_names("CH4_IPC_CMA_P2P_THRESHOLD")
+
+#: With the defaults of the `mpich` wheel (5.0.2), a message of more than about 8 KiB (8,100
+#: bytes sent in 2.0 us, 8,200 in 3.7-5.2 us) takes a slower path through MPICH's
+#: shared-memory queue than one that fits a queue cell. A Sendrecv between two ranks of the
+#: 2-core host took 5.5 us for 12 kB (the 8,000-sphere gas's refresh) and 10.4 us for 40 kB
+#: with the defaults, 3.1 and 4.9 us with 64 KiB cells (2026-11-28, alternated three times;
+#: 8 kB and less: no change). MPICH requires its pack buffers to be at
+#: least as large as a cell, so both are set together. Cost: 8 MB of shared memory per rank
+#: instead of 1 (64 cells per rank) and 9 MB more resident memory per rank.
+IQUEUE_CELL = ("MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE", str(64 * 1024))
+PACK_BUFFER = ("MPIR_CVAR_CH4_PACK_BUFFER_SIZE", str(64 * 1024))
+
+#: the free /dev/shm the cells need per rank of the job (8 MB measured, with a margin): a
+#: container's /dev/shm is 64 MB by default, and MPICH fails when it runs out
+CELL_SHM_PER_RANK = 16 * 2**20
+
+#: parsim's MPICH settings: (names the user may have set, settings, free /dev/shm needed per
+#: rank). Importing parsim applies a group when MPI is not yet initialised, the user set none
+#: of its names and /dev/shm has the room for every rank of the job (``launched_ranks``), in
+#: this process's environment (programs it launches inherit the choice); other MPI libraries
+#: ignore these names.
+MPICH_DEFAULTS = (
+    (CMA_THRESHOLD_NAMES, (CMA_THRESHOLD,), 0),
+    (_mpich_names("CH4_SHM_POSIX_IQUEUE_CELL_SIZE") + _mpich_names("CH4_PACK_BUFFER_SIZE"),
+     (IQUEUE_CELL, PACK_BUFFER), CELL_SHM_PER_RANK),
+)
 
 
-def _tune_mpich() -> None:
-    import sys
-
-    if "mpi4py.MPI" not in sys.modules and not any(k in os.environ for k in CMA_THRESHOLD_NAMES):
-        os.environ[CMA_THRESHOLD[0]] = CMA_THRESHOLD[1]
-
-
-_tune_mpich()
+def _shm_free() -> int:
+    """Bytes free in /dev/shm (0 where there is none)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
 
 
 def launched_ranks() -> int:
@@ -64,6 +92,22 @@ def launched_ranks() -> int:
         except ValueError:
             pass
     return 1
+
+
+def _tune_mpich() -> None:
+    import sys
+
+    if "mpi4py.MPI" in sys.modules:
+        return
+    for names, settings, shm in MPICH_DEFAULTS:
+        if any(k in os.environ for k in names):
+            continue
+        if shm and _shm_free() < shm * launched_ranks():
+            continue
+        os.environ.update(settings)
+
+
+_tune_mpich()
 
 
 def auto_comm():

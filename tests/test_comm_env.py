@@ -1,5 +1,6 @@
-"""parsim sets MPICH's single-copy threshold before MPI starts (see parsim.comm.CMA_THRESHOLD),
-and leaves a value the user chose alone, under any of MPICH's names for it."""
+"""parsim sets MPICH's tuning variables before MPI starts (see parsim.comm.MPICH_DEFAULTS: the
+single-copy threshold, the shared-memory queue's cell size with its pack buffers), and leaves a
+group alone when the user set any of MPICH's names for it."""
 
 from __future__ import annotations
 
@@ -9,30 +10,56 @@ import sys
 
 import pytest
 
-from parsim.comm import CMA_THRESHOLD, CMA_THRESHOLD_NAMES
+from parsim.comm import CMA_THRESHOLD, IQUEUE_CELL, MPICH_DEFAULTS, PACK_BUFFER, _shm_free
 
-NAME, VALUE = CMA_THRESHOLD
+ALL_NAMES = tuple(n for names, _, _ in MPICH_DEFAULTS for n in names)
 
 
-def _seen(env: dict, name: str = NAME) -> str:
-    code = f"import os, parsim; print(os.environ.get({name!r}, 'unset'))"
+def _seen(env: dict, *names: str) -> list[str]:
+    code = f"import os, parsim; print(*[os.environ.get(n, 'unset') for n in {list(names)!r}])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
-    return out.stdout.strip()
+    return out.stdout.split()
 
 
 def _clean() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in CMA_THRESHOLD_NAMES}
+    return {k: v for k, v in os.environ.items() if k not in ALL_NAMES}
 
 
-def test_import_sets_the_threshold_when_unset():
-    assert _seen(_clean()) == VALUE
+def test_import_sets_every_group_when_unset():
+    """(A group that needs /dev/shm only where one rank's share is free: here one rank.)"""
+    settings = [(s, shm) for _, group, shm in MPICH_DEFAULTS for s in group]
+    assert {CMA_THRESHOLD, IQUEUE_CELL, PACK_BUFFER} <= {s for s, _ in settings}
+    env = {k: v for k, v in _clean().items() if k not in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
+                                                          "PMIX_SIZE", "MPI_LOCALNRANKS",
+                                                          "SLURM_NTASKS")}
+    free = _shm_free()
+    assert _seen(env, *[n for (n, _), _ in settings]) == [
+        v if free >= shm else "unset" for (_, v), shm in settings]
 
 
-@pytest.mark.parametrize("name", CMA_THRESHOLD_NAMES)
-def test_a_value_the_user_set_is_kept(name):
-    """Under MPICH's other names too: MPICH would let parsim's MPIR_CVAR_ value win over them."""
+def test_cells_fit_the_pack_buffers():
+    """MPICH aborts at start-up when its pack buffers are smaller than a queue cell."""
+    assert int(PACK_BUFFER[1]) >= int(IQUEUE_CELL[1])
+
+
+def test_no_cells_without_room_in_dev_shm():
+    """A job whose ranks would not fit their queue cells into /dev/shm keeps MPICH's cells
+    (a container's /dev/shm holds 64 MB by default); the other settings still apply."""
+    env = dict(_clean(), PMI_SIZE=str(10**9))
+    assert _seen(env, IQUEUE_CELL[0], PACK_BUFFER[0], CMA_THRESHOLD[0]) == [
+        "unset", "unset", CMA_THRESHOLD[1]]
+
+
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_a_value_the_user_set_keeps_its_group_alone(name):
+    """Under MPICH's other names too (MPICH would let parsim's MPIR_CVAR_ value win over them);
+    the other groups are still set."""
     env = dict(_clean(), **{name: "4096"})
-    assert _seen(env, name) == "4096"
-    if name != NAME:
-        assert _seen(env) == "unset"
+    for names, group, _ in MPICH_DEFAULTS:
+        got = _seen(env, *[n for n, _ in group], name)
+        assert got[-1] == "4096"
+        if name in names:
+            assert got[:-1] == ["4096" if n == name else "unset" for n, _ in group]
+        else:
+            assert got[:-1] == [v for _, v in group]
