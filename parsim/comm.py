@@ -46,9 +46,9 @@ CMA_THRESHOLD_NAMES = _mpich_names("CH4_IPC_CMA_P2P_THRESHOLD")
 #: shared-memory queue than one that fits a queue cell. A Sendrecv between two ranks of the
 #: 2-core host took 5.5 us for 12 kB (the 8,000-sphere gas's refresh) and 10.4 us for 40 kB
 #: with the defaults, 3.1 and 4.9 us with 64 KiB cells (2026-11-28, alternated three times;
-#: 8 kB and less: no change). MPICH requires its pack buffers to be at
-#: least as large as a cell, so both are set together. Cost: 8 MB of shared memory per rank
-#: instead of 1 (64 cells per rank) and 9 MB more resident memory per rank.
+#: 8 kB and less: no change). MPICH requires its pack buffers to be at least as large as a
+#: cell, so both are set together. Cost: 8 MB of shared memory per rank instead of 1 (64 cells
+#: per rank) and 9 MB more resident memory per rank.
 IQUEUE_CELL = ("MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE", str(64 * 1024))
 PACK_BUFFER = ("MPIR_CVAR_CH4_PACK_BUFFER_SIZE", str(64 * 1024))
 

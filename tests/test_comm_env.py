@@ -23,19 +23,23 @@ def _seen(env: dict, *names: str) -> list[str]:
 
 
 def _clean() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in ALL_NAMES}
+    """This environment without MPICH's names and without a launcher's rank count (one rank)."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ALL_NAMES + ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE",
+                                     "MPI_LOCALNRANKS", "SLURM_NTASKS")}
+
+
+def _applied(group, shm) -> list[str]:
+    """What importing parsim in one rank sets for ``group`` when the user set none of it."""
+    return [v if _shm_free() >= shm else "unset" for _, v in group]
 
 
 def test_import_sets_every_group_when_unset():
     """(A group that needs /dev/shm only where one rank's share is free: here one rank.)"""
-    settings = [(s, shm) for _, group, shm in MPICH_DEFAULTS for s in group]
-    assert {CMA_THRESHOLD, IQUEUE_CELL, PACK_BUFFER} <= {s for s, _ in settings}
-    env = {k: v for k, v in _clean().items() if k not in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                                          "PMIX_SIZE", "MPI_LOCALNRANKS",
-                                                          "SLURM_NTASKS")}
-    free = _shm_free()
-    assert _seen(env, *[n for (n, _), _ in settings]) == [
-        v if free >= shm else "unset" for (_, v), shm in settings]
+    assert {CMA_THRESHOLD, IQUEUE_CELL, PACK_BUFFER} <= {
+        s for _, group, _ in MPICH_DEFAULTS for s in group}
+    for _, group, shm in MPICH_DEFAULTS:
+        assert _seen(_clean(), *[n for n, _ in group]) == _applied(group, shm)
 
 
 def test_cells_fit_the_pack_buffers():
@@ -56,10 +60,10 @@ def test_a_value_the_user_set_keeps_its_group_alone(name):
     """Under MPICH's other names too (MPICH would let parsim's MPIR_CVAR_ value win over them);
     the other groups are still set."""
     env = dict(_clean(), **{name: "4096"})
-    for names, group, _ in MPICH_DEFAULTS:
+    for names, group, shm in MPICH_DEFAULTS:
         got = _seen(env, *[n for n, _ in group], name)
         assert got[-1] == "4096"
         if name in names:
             assert got[:-1] == ["4096" if n == name else "unset" for n, _ in group]
         else:
-            assert got[:-1] == [v for _, v in group]
+            assert got[:-1] == _applied(group, shm)
