@@ -57,10 +57,11 @@ PACK_BUFFER = ("MPIR_CVAR_CH4_PACK_BUFFER_SIZE", str(64 * 1024))
 CELL_SHM_PER_RANK = 16 * 2**20
 
 #: parsim's MPICH settings: (names the user may have set, settings, free /dev/shm needed per
-#: rank). Importing parsim applies a group when MPI is not yet initialised, the user set none
-#: of its names and /dev/shm has the room for every rank of the job (``launched_ranks``), in
-#: this process's environment (programs it launches inherit the choice); other MPI libraries
-#: ignore these names.
+#: rank). Importing parsim applies a group when MPI is not yet initialised and the user set
+#: none of its names, in this process's environment (programs it launches inherit it); other
+#: MPI libraries ignore these names. A group that needs /dev/shm is applied only in a rank of
+#: a job of several ranks (``launched_ranks``) for which /dev/shm has the room: a process
+#: that launches ranks itself (the benchmark scripts) leaves the choice to them.
 MPICH_DEFAULTS = (
     (CMA_THRESHOLD_NAMES, (CMA_THRESHOLD,), 0),
     (_mpich_names("CH4_SHM_POSIX_IQUEUE_CELL_SIZE") + _mpich_names("CH4_PACK_BUFFER_SIZE"),
@@ -102,7 +103,7 @@ def _tune_mpich() -> None:
     for names, settings, shm in MPICH_DEFAULTS:
         if any(k in os.environ for k in names):
             continue
-        if shm and _shm_free() < shm * launched_ranks():
+        if shm and not 1 < launched_ranks() <= _shm_free() // shm:
             continue
         os.environ.update(settings)
 

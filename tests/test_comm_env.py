@@ -29,17 +29,30 @@ def _clean() -> dict:
                                      "MPI_LOCALNRANKS", "SLURM_NTASKS")}
 
 
+def _ranks(n: int) -> dict:
+    """The clean environment of a rank of an n-rank job started by MPICH's mpiexec."""
+    return dict(_clean(), PMI_SIZE=str(n))
+
+
 def _applied(group, shm) -> list[str]:
-    """What importing parsim in one rank sets for ``group`` when the user set none of it."""
-    return [v if _shm_free() >= shm else "unset" for _, v in group]
+    """What importing parsim in a rank of a 2-rank job sets for ``group`` when the user set
+    none of it (a group that needs /dev/shm: only where two ranks' share is free)."""
+    return [v if _shm_free() >= 2 * shm else "unset" for _, v in group]
 
 
 def test_import_sets_every_group_when_unset():
-    """(A group that needs /dev/shm only where one rank's share is free: here one rank.)"""
     assert {CMA_THRESHOLD, IQUEUE_CELL, PACK_BUFFER} <= {
         s for _, group, _ in MPICH_DEFAULTS for s in group}
     for _, group, shm in MPICH_DEFAULTS:
-        assert _seen(_clean(), *[n for n, _ in group]) == _applied(group, shm)
+        assert _seen(_ranks(2), *[n for n, _ in group]) == _applied(group, shm)
+
+
+def test_a_serial_process_leaves_the_cells_to_the_ranks_it_may_launch():
+    """A process that is not a rank of a job of several (a benchmark script that starts
+    mpiexec itself) does not choose the cells for them: each rank does, knowing the job's
+    size."""
+    assert _seen(_clean(), IQUEUE_CELL[0], PACK_BUFFER[0], CMA_THRESHOLD[0]) == [
+        "unset", "unset", CMA_THRESHOLD[1]]
 
 
 def test_cells_fit_the_pack_buffers():
@@ -50,8 +63,7 @@ def test_cells_fit_the_pack_buffers():
 def test_no_cells_without_room_in_dev_shm():
     """A job whose ranks would not fit their queue cells into /dev/shm keeps MPICH's cells
     (a container's /dev/shm holds 64 MB by default); the other settings still apply."""
-    env = dict(_clean(), PMI_SIZE=str(10**9))
-    assert _seen(env, IQUEUE_CELL[0], PACK_BUFFER[0], CMA_THRESHOLD[0]) == [
+    assert _seen(_ranks(10**9), IQUEUE_CELL[0], PACK_BUFFER[0], CMA_THRESHOLD[0]) == [
         "unset", "unset", CMA_THRESHOLD[1]]
 
 
@@ -59,7 +71,7 @@ def test_no_cells_without_room_in_dev_shm():
 def test_a_value_the_user_set_keeps_its_group_alone(name):
     """Under MPICH's other names too (MPICH would let parsim's MPIR_CVAR_ value win over them);
     the other groups are still set."""
-    env = dict(_clean(), **{name: "4096"})
+    env = dict(_ranks(2), **{name: "4096"})
     for names, group, shm in MPICH_DEFAULTS:
         got = _seen(env, *[n for n, _ in group], name)
         assert got[-1] == "4096"
