@@ -110,10 +110,13 @@ def machine_info(repo: str | None = None) -> dict:
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "loadavg_start": os.getloadavg(),
         "parsim_imported_from": parsim_location(),
-        # the MPICH setting parsim.comm sets at import unless given (parsim's default if unset)
+        # the MPICH settings parsim.comm sets at import unless given (parsim.comm.MPICH_DEFAULTS;
+        # unset here: parsim's default, the queue cells chosen by the ranks themselves)
         "env": {k: os.environ.get(k) for k in ("NUMBA_CACHE_DIR", "NUMBA_NUM_THREADS",
                                                "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                               "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD")},
+                                               "MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD",
+                                               "MPIR_CVAR_CH4_SHM_POSIX_IQUEUE_CELL_SIZE",
+                                               "MPIR_CVAR_CH4_PACK_BUFFER_SIZE")},
     }
     if repo:
         info["git_head"] = _run(["git", "rev-parse", "--short", "HEAD"], cwd=repo)

@@ -17,8 +17,8 @@ Scenarios are the peers' (``scripts/peers/README.md``, law and constants as in
 
 Every parsim run is launched as ``mpiexec -n P python -m mpi4py bench_scaling.py --worker CASE``
 with ``NUMBA_NUM_THREADS=1`` per rank (the worker imports parsim before ``mpi4py.MPI``, as
-``python -m mpi4py -m parsim run`` does, so parsim's MPICH default ``parsim.comm.CMA_THRESHOLD``
-applies); rank 0 prints one JSON line with every rank's telemetry:
+``python -m mpi4py -m parsim run`` does, so parsim's MPICH defaults ``parsim.comm.MPICH_DEFAULTS``
+apply); rank 0 prints one JSON line with every rank's telemetry:
 the phase timers (``sim.timers``; compute = neighbours + contacts + integration), the per-step
 shadow refresh (``sim.halo.timers``: pack, exchange = sending + waiting, unpack), the remaining
 communication (the per-step allreduce of the largest displacement), checks (including their
