@@ -80,12 +80,22 @@ def _first_bad_box(lo, hi):
     return -1, 0
 
 
-def as_boxes(lo, hi, n: int) -> tuple[np.ndarray, np.ndarray]:
+def as_boxes(lo, hi, n: int, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``lo``, ``hi`` as contiguous float64[n, 3]; ``check``: also refuse a non-finite corner
+    or lo > hi (:func:`check_boxes`; a caller may leave that to a pass of its own)."""
     lo = np.ascontiguousarray(lo, dtype=np.float64)
     hi = np.ascontiguousarray(hi, dtype=np.float64)
     for name, a in (("lo", lo), ("hi", hi)):
         if a.shape != (n, 3):
             raise BroadPhaseError(f"{name} must have shape ({n}, 3) to match ids, got {a.shape}")
+    if check:
+        check_boxes(lo, hi)
+    return lo, hi
+
+
+def check_boxes(lo: np.ndarray, hi: np.ndarray) -> None:
+    """Raise naming the first row of ``lo``/``hi`` (contiguous float64[n, 3]) with a non-finite
+    corner or with lo > hi."""
     bad, kind = _first_bad_box(lo, hi)
     if kind in (1, 2):
         name, a = ("lo", lo) if kind == 1 else ("hi", hi)
@@ -98,7 +108,6 @@ def as_boxes(lo, hi, n: int) -> tuple[np.ndarray, np.ndarray]:
             f"lo[{bad}] = {lo[bad].tolist()} exceeds hi[{bad}] = {hi[bad].tolist()}; "
             "pass the lower corner as lo and the upper corner as hi"
         )
-    return lo, hi
 
 
 def as_point(p, name: str) -> np.ndarray:
@@ -248,6 +257,7 @@ class BodyStore:
         self.map = IdMap(capacity, direct=True)
         self._claimed = 0  # ids claimed in the map for the next append (see claim)
         self._iota = np.empty(0, dtype=np.int64)  # 0, 1, 2, ...: slots_of's common answer
+        self._all = None  # the last view of _iota returned (see is_all)
 
     @property
     def capacity(self) -> int:
@@ -274,15 +284,30 @@ class BodyStore:
             setattr(self, name, new)
         return True
 
+    def all_slots(self, ids) -> np.ndarray | None:
+        """If ``ids`` (any array-like) is every stored id in stored order, the slots 0..n-1
+        (a shared array, :meth:`is_all`), else None: one pass, and no other check is needed
+        (the stored ids are valid)."""
+        n = self.n
+        if not (n and isinstance(ids, np.ndarray) and ids.dtype == np.int64 and ids.ndim == 1
+                and ids.shape[0] == n and _same_ids(ids, self.ids)):
+            return None
+        if self._iota.shape[0] < n:
+            self._iota = np.arange(self.capacity, dtype=np.int64)
+        self._all = self._iota[:n]
+        return self._all
+
+    def is_all(self, slots: np.ndarray) -> bool:
+        """Whether ``slots`` is the array of 0..n-1 that :meth:`all_slots` or :meth:`slots_of`
+        returned last (an O(1) test; the stored bodies have not changed since)."""
+        return slots is self._all and slots.shape[0] == self.n
+
     def slots_of(self, ids: np.ndarray, name: str = "ids") -> np.ndarray:
         """Slots of present ids; raises naming the first unknown or repeated id. The slots
         are the caller's to read, not to write (the common case returns a shared array)."""
-        n = ids.shape[0]
-        if n == self.n and n and _same_ids(ids, self.ids):
-            # the common case, every body in stored order: 0..n-1, kept between calls
-            if self._iota.shape[0] < n:
-                self._iota = np.arange(self.capacity, dtype=np.int64)
-            return self._iota[:n]
+        found = self.all_slots(ids)
+        if found is not None:
+            return found
         slots, miss = self.map.find(ids)
         if miss >= 0:
             bad = int(ids[miss])
@@ -386,16 +411,26 @@ class BroadPhase(ABC):
         finally:
             self.bodies.unclaim(ids)  # no-op once appended
 
+    #: whether :meth:`_update` refuses bad boxes itself (:func:`check_boxes`) before it
+    #: changes anything, so that :meth:`update` need not make a pass of its own
+    _update_checks_boxes = False
+
     def update(self, ids, lo, hi) -> None:
         """Give bodies already added their new AABBs."""
-        ids = as_ids(ids)
-        lo, hi = as_boxes(lo, hi, ids.shape[0])
+        slots = self.bodies.all_slots(ids)  # the common case: every body in stored order
+        if slots is None:
+            ids = as_ids(ids)
+        else:
+            ids = self.bodies.ids[: slots.shape[0]]
+        lo, hi = as_boxes(lo, hi, ids.shape[0], check=not self._update_checks_boxes)
         if ids.size == 0:
             return
-        if self._infinite.size and np.isin(ids, self._infinite).any():
-            bad = int(ids[np.isin(ids, self._infinite)][0])
-            raise BroadPhaseError(f"ids contains id {bad}, an infinite body: it has no AABB to update")
-        slots = self.bodies.slots_of(ids)
+        if slots is None:  # (the stored bodies are finite ones)
+            if self._infinite.size and np.isin(ids, self._infinite).any():
+                bad = int(ids[np.isin(ids, self._infinite)][0])
+                raise BroadPhaseError(f"ids contains id {bad}, an infinite body: it has no AABB "
+                                      "to update")
+            slots = self.bodies.slots_of(ids)
         self._update(slots, lo, hi)
 
     def remove(self, ids) -> None:

@@ -54,6 +54,7 @@ BlockPool = namedtuple("BlockPool", "entries next prev meta")  # meta: [high-wat
 OK = 0
 TOO_MANY_GRIDS = 1
 NOT_HASHABLE = 2
+BAD_BOX = 3  # a non-finite corner or lo > hi (the caller names it: base.check_boxes)
 
 
 def new_grid_table() -> GridTable:
@@ -534,7 +535,7 @@ def _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell):
     left to the caller. The finest grid's centre bounds grow by every body's centre (the
     others' and the changers' too: the bounds may be larger than needed, never smaller).
     Returns (changers among the finest grid's bodies, whether one of their centres is too far
-    to hash, bodies of other grids)."""
+    to hash, bodies of other grids, whether a box has a non-finite corner or lo > hi)."""
     g = G.order[0]
     cell = G.cell[g]
     inv = G.inv[g]
@@ -556,11 +557,15 @@ def _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell):
     changers = 0
     others = 0
     far = 0
+    good = 0
     for i in range(out_cell.shape[0]):
         fin = grid_of[i] == g
         j = 3 * i
         a0, a1, a2 = lo_f[j], lo_f[j + 1], lo_f[j + 2]
         b0, b1, b2 = hi_f[j], hi_f[j + 1], hi_f[j + 2]
+        good += ((abs(a0) < np.inf) & (abs(a1) < np.inf) & (abs(a2) < np.inf)
+                 & (abs(b0) < np.inf) & (abs(b1) < np.inf) & (abs(b2) < np.inf)
+                 & (a0 <= b0) & (a1 <= b1) & (a2 <= b2))
         size = max(b0 - a0, max(b1 - a1, b2 - a2))
         ok = fin & (size < cell) & ((size >= lower) | (size <= 0.0))
         cx = 0.5 * (a0 + b0)
@@ -583,14 +588,15 @@ def _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell):
         khi0 = max(khi0, kx)
         khi1 = max(khi1, ky)
         khi2 = max(khi2, kz)
-    if not far and out_cell.shape[0]:
+    bad = good != out_cell.shape[0]
+    if not far and not bad and out_cell.shape[0]:
         G.clo[g, 0] = min(G.clo[g, 0], _from_order_key(klo0))
         G.clo[g, 1] = min(G.clo[g, 1], _from_order_key(klo1))
         G.clo[g, 2] = min(G.clo[g, 2], _from_order_key(klo2))
         G.chi[g, 0] = max(G.chi[g, 0], _from_order_key(khi0))
         G.chi[g, 1] = max(G.chi[g, 1], _from_order_key(khi1))
         G.chi[g, 2] = max(G.chi[g, 2], _from_order_key(khi2))
-    return changers, far, others
+    return changers, far, others, bad
 
 
 @njit(cache=True)
@@ -599,8 +605,10 @@ def update_scan(slots, every, lo_new, hi_new, b_grid, G, f, out_cell):
 
     For each body: if its grid is still suitable, ``out_cell[i]`` = its new cell; else -1 (it must
     change grid). ``every``: slots is 0, 1, ..., n - 1 (:func:`is_identity`). Returns
-    ``(status, i, changers)``: NOT_HASHABLE at the first body whose centre is too far from the
-    origin for its grid; the number of bodies marked -1.
+    ``(status, i, changers)``: BAD_BOX if a box has a non-finite corner or lo > hi (checked in
+    the same vectorised pass, so that ``update`` makes no pass of its own; nothing changed),
+    NOT_HASHABLE at the first body whose centre is too far from the origin for its grid; the
+    number of bodies marked -1.
     """
     finest = G.order[0]
     ng = G.n[0]
@@ -609,7 +617,9 @@ def update_scan(slots, every, lo_new, hi_new, b_grid, G, f, out_cell):
     n = slots.shape[0]
     # each body's grid in a contiguous array (a gather through slots stops the vectoriser)
     grid_of = b_grid[:n] if every else b_grid[slots]
-    changers, far, others = _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell)
+    changers, far, others, bad_box = _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell)
+    if bad_box:
+        return BAD_BOX, -1, 0
     if not far and others == 0:
         return OK, -1, changers
     skip = not far

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import hashgrid_kernels as K
 from .hashgrid_detect import find_pairs_rows, table_sizes
-from .base import BroadPhase, BroadPhaseError, collect_pairs
+from .base import BroadPhase, BroadPhaseError, check_boxes, collect_pairs
 from .brute_force import all_pairs, scan_box, scan_ray
 
 
@@ -365,8 +365,13 @@ class HierarchicalHashGrid(BroadPhase):
         self._b_grid[slots] = grids
         self._place(slots)
 
+    #: (the incremental update checks the boxes in its first pass, the others here)
+    _update_checks_boxes = True
+
     def _update(self, slots, lo, hi):
         b = self.bodies
+        if not self._active or self.update_strategy == "reinsert":
+            check_boxes(lo, hi)
         if not self._active:
             b.lo[slots] = lo
             b.hi[slots] = hi
@@ -385,9 +390,11 @@ class HierarchicalHashGrid(BroadPhase):
         if self._new_cell.shape[0] < slots.shape[0]:  # grows with the store, reused per call
             self._new_cell = np.empty(self.bodies.capacity, dtype=np.int64)
         new_cell = self._new_cell[: slots.shape[0]]
-        every = slots.shape[0] == b.n and K.is_identity(slots)
+        every = slots.shape[0] == b.n and (b.is_all(slots) or K.is_identity(slots))
         status, i, n_changers = K.update_scan(slots, every, lo, hi, self._b_grid, self._G,
                                               self.hierarchy_factor, new_cell)
+        if status == K.BAD_BOX:
+            check_boxes(lo, hi)  # raises, naming the first bad box
         if status != K.OK:
             self._raise_not_hashable(lo, hi, i)
         changers = np.flatnonzero(new_cell < 0) if n_changers else _NO_SLOTS

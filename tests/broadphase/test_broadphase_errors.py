@@ -49,6 +49,15 @@ def snapshot(bp):
     )
 
 
+def _all_boxes(row, axis, value, corner):
+    """Moved boxes of all N bodies, with ``value`` in corner ``corner`` (0: lo, 1: hi) of one row."""
+    rng = np.random.default_rng(23)
+    lo = rng.uniform(0, 8, (N, 3))
+    hi = lo + rng.uniform(0.5, 2.0, (N, 3))
+    (lo, hi)[corner][row, axis] = value
+    return lo, hi
+
+
 # (case id, call, regex the message must contain)
 CASES = [
     # ---- add
@@ -84,6 +93,13 @@ CASES = [
      r"\blo\b"),
     ("update-lo-above-hi",
      lambda bp: bp.update([2, 3], unit([0, 0, 0], [0, 0, 5]), unit([1, 1, 1], [1, 1, 1])), r"\blo\b"),
+    # every body, in stored order (the structures' common call, checked in a pass of their own)
+    ("update-all-nan-last", lambda bp: bp.update(np.arange(N), *_all_boxes(N - 1, 2, NAN, 0)),
+     r"\blo\b.*\b39\b|\b39\b.*\blo\b"),
+    ("update-all-inf-hi-first", lambda bp: bp.update(np.arange(N), *_all_boxes(0, 1, INF, 1)),
+     r"\bhi\b"),
+    ("update-all-lo-above-hi", lambda bp: bp.update(np.arange(N), *_all_boxes(17, 0, 50.0, 0)),
+     r"\blo\b.*\b17\b|\b17\b.*\blo\b"),
     ("update-hi-count-mismatch", lambda bp: bp.update([2, 3], np.zeros((2, 3)), np.ones((3, 3))), r"\bhi\b"),
     # ---- remove
     ("remove-unknown", lambda bp: bp.remove([12345]), r"\b12345\b"),
@@ -143,6 +159,24 @@ def test_bad_input_raises_and_changes_nothing(cfg, case):
     bp.remove([1, PLANE])
     model.remove([1, PLANE])
     orc.assert_matches(bp, model, np.random.default_rng(21), 3, label="after recovery: ")
+
+
+@pytest.mark.parametrize("value", [NAN, INF, -1.0])
+def test_inactive_hash_grid_refuses_bad_update(value):
+    """Below the activation threshold the grids' pass does not run: the boxes are checked
+    before they are stored."""
+    from parsim.broadphase import BroadPhaseError, HierarchicalHashGrid
+
+    bp = HierarchicalHashGrid(activation_threshold=1000)
+    lo, hi = _all_boxes(0, 0, 0.0, 0)
+    lo[0, 0] = 1.0
+    bp.add(np.arange(N), lo, hi)
+    before = bp.pairs().tolist()
+    new_lo, new_hi = _all_boxes(5, 1, value, 1)
+    with pytest.raises(BroadPhaseError, match=r"\bhi\[5\]"):
+        bp.update(np.arange(N), new_lo, new_hi)
+    assert not bp.active
+    assert bp.pairs().tolist() == before
 
 
 @pytest.mark.parametrize("cfg", CONFIG_PARAMS)
