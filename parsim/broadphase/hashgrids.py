@@ -288,7 +288,7 @@ class HierarchicalHashGrid(BroadPhase):
         new_base = [0] * ng
         for g in range(1, ng):
             new_base[g] = new_base[g - 1] + sizes[g - 1]
-        cells = np.full(sum(sizes), -1, dtype=np.int32)
+        cells = np.zeros(sum(sizes), dtype=np.int32)  # (0: empty, see hashgrid_kernels)
         for g in range(ng):
             if not grown[g] and not new[g]:
                 cells[new_base[g]: new_base[g] + sizes[g]] = \

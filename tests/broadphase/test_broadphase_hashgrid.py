@@ -562,7 +562,7 @@ def _walk_containers(bp):
         cell, g, size = (int(C.row[k, K.C_CELL]), int(C.row[k, K.C_GRID]),
                          int(C.row[k, K.C_SIZE]))
         assert size > 0, f"container {k} is empty but listed"
-        assert cells[G.base[g] + cell] == k, f"cell of container {k} does not point back to it"
+        assert cells[G.base[g] + cell] == k + 1, f"cell of container {k} does not point back to it"
         b = int(C.row[k, K.C_HEAD])
         got = 0
         while got < size:
@@ -575,7 +575,7 @@ def _walk_containers(bp):
             if got < size:
                 b = int(P.next[b])
         assert b == C.row[k, K.C_TAIL], f"container {k}: tail block mismatch"
-    occupied = np.flatnonzero(cells >= 0).size
+    occupied = np.flatnonzero(cells > 0).size
     assert occupied == int(C.n[0]), f"{occupied} cells point to containers, {int(C.n[0])} listed"
     return seen
 
