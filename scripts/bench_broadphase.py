@@ -1538,7 +1538,9 @@ def md_report(meta, studies, targets, plots, anomalies, out):
              f"scipy {v['scipy']}, matplotlib {v['matplotlib']}")
     L.append(f"- **Threads**: single core (NUMBA_NUM_THREADS={m['env']['NUMBA_NUM_THREADS']}, "
              f"OMP/OPENBLAS=1); NUMBA_CACHE_DIR={m['env']['NUMBA_CACHE_DIR']}")
-    L.append(f"- **Code**: git HEAD {m.get('git_head', '?')}; structure sources (sha1 of the module, its kernels (HHG: hashgrid_kernels, hashgrid_detect, simd), base.py, idmap.py and prefetch.py; first 10 hex): "
+    dirty = " ".join(m.get("git_status_parsim", "").split())
+    dirty = f" with uncommitted changes in parsim/ ({dirty})" if dirty else ""
+    L.append(f"- **Code**: git HEAD {m.get('git_head', '?')}{dirty}; structure sources (sha1 of the module, its kernels (HHG: hashgrid_kernels, hashgrid_detect, simd), base.py, idmap.py and prefetch.py; first 10 hex): "
              + ", ".join(f"{SHORT[k]} {v2}" for k, v2 in meta["sources"].items())
              + (f"; parsim imported from `{m['parsim_imported_from']}`"
                 if m.get("parsim_imported_from") else ""))
