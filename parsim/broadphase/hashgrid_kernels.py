@@ -57,7 +57,8 @@ BlockPool = namedtuple("BlockPool", "entries next prev meta")  # meta: [high-wat
 OK = 0
 TOO_MANY_GRIDS = 1
 NOT_HASHABLE = 2
-BAD_BOX = 3  # a non-finite corner or lo > hi (the caller names it: base.check_boxes)
+BAD_BOX = 3  # a non-finite corner, lo > hi or an edge that overflows (base.check_boxes names it)
+TOO_LARGE = 4  # a body whose grid's cell size would overflow float64
 
 
 def new_grid_table() -> GridTable:
@@ -132,7 +133,8 @@ def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
     """Choose (or create) the suitable grid of each body ``idx[i]`` of ``lo``/``hi``.
 
     Writes ``out_grid[i]``; may append rows to ``G``. Returns ``(status, i)``: OK, or
-    TOO_MANY_GRIDS / NOT_HASHABLE with the offending position ``i``.
+    TOO_MANY_GRIDS / NOT_HASHABLE / TOO_LARGE (its cell size would overflow float64; a cell of
+    infinite size would never be left by the search below) with the offending position ``i``.
     """
     sqrt_f = np.sqrt(f)
     for i in range(idx.shape[0]):
@@ -141,6 +143,8 @@ def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
         ng = G.n[0]
         g = -1
         if ng == 0:
+            if not (size * sqrt_f < np.inf):
+                return TOO_LARGE, i
             g = _create_grid(G, size * sqrt_f if size > 0.0 else 1.0, 0, init_bits)
         elif size <= 0.0:
             g = G.order[0]  # a point fits the finest grid (any cell larger than it would do)
@@ -162,6 +166,8 @@ def assign_grids(lo, hi, idx, out_grid, G, f, init_bits):
                 x = G.cell[G.order[ng - 1]]
                 while size >= x:
                     x = x * f
+                if not (x < np.inf):
+                    return TOO_LARGE, i
                 if ng == MAX_GRIDS:
                     return TOO_MANY_GRIDS, i
                 g = _create_grid(G, x, ng, init_bits)
@@ -548,7 +554,8 @@ def _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell):
     left to the caller. The finest grid's centre bounds grow by every body's centre (the
     others' and the changers' too: the bounds may be larger than needed, never smaller).
     Returns (changers among the finest grid's bodies, whether one of their centres is too far
-    to hash, bodies of other grids, whether a box has a non-finite corner or lo > hi)."""
+    to hash, bodies of other grids, whether a box is bad: a non-finite corner, lo > hi or an
+    edge too long for float64)."""
     g = G.order[0]
     cell = G.cell[g]
     inv = G.inv[g]
@@ -576,10 +583,10 @@ def _scan_finest(grid_of, lo_new, hi_new, G, f, out_cell):
         j = 3 * i
         a0, a1, a2 = lo_f[j], lo_f[j + 1], lo_f[j + 2]
         b0, b1, b2 = hi_f[j], hi_f[j + 1], hi_f[j + 2]
+        size = max(b0 - a0, max(b1 - a1, b2 - a2))
         good += ((abs(a0) < np.inf) & (abs(a1) < np.inf) & (abs(a2) < np.inf)
                  & (abs(b0) < np.inf) & (abs(b1) < np.inf) & (abs(b2) < np.inf)
-                 & (a0 <= b0) & (a1 <= b1) & (a2 <= b2))
-        size = max(b0 - a0, max(b1 - a1, b2 - a2))
+                 & (a0 <= b0) & (a1 <= b1) & (a2 <= b2) & (size < np.inf))
         ok = fin & (size < cell) & ((size >= lower) | (size <= 0.0))
         cx = 0.5 * (a0 + b0)
         cy = 0.5 * (a1 + b1)
@@ -618,8 +625,8 @@ def update_scan(slots, every, lo_new, hi_new, b_grid, G, f, out_cell):
 
     For each body: if its grid is still suitable, ``out_cell[i]`` = its new cell; else -1 (it must
     change grid). ``every``: slots is 0, 1, ..., n - 1 (:func:`is_identity`). Returns
-    ``(status, i, changers)``: BAD_BOX if a box has a non-finite corner or lo > hi (checked in
-    the same vectorised pass, so that ``update`` makes no pass of its own; nothing changed),
+    ``(status, i, changers)``: BAD_BOX if a box has a non-finite corner, lo > hi or an edge too
+    long for float64 (checked in the same vectorised pass, so that ``update`` makes no pass of its own; nothing changed),
     NOT_HASHABLE at the first body whose centre is too far from the origin for its grid; the
     number of bodies marked -1.
     """

@@ -208,6 +208,11 @@ class HierarchicalHashGrid(BroadPhase):
                 raise BroadPhaseError(
                     f"body {j} (size {float((hi[j] - lo[j]).max())!r}) would need more than "
                     f"{K.MAX_GRIDS} grids; body sizes span too many hierarchy levels")
+            if status == K.TOO_LARGE:
+                raise BroadPhaseError(
+                    f"the box in row {j} of lo/hi (size {float((hi[j] - lo[j]).max())!r}) "
+                    "would need a grid cell larger than float64 holds; register a body that "
+                    "large with add_infinite, or use smaller coordinates")
             self._raise_not_hashable(lo, hi, j)
         return out
 

@@ -60,6 +60,13 @@ def _all_boxes(row=None, axis=0, value=0.0, corner=0):
     return lo, hi
 
 
+def _edge_overflow(row):
+    """Moved boxes of all N bodies, one of which (``row``) spans -1e308 to 1e308 along y."""
+    lo, hi = _all_boxes()
+    lo[row, 1], hi[row, 1] = -1e308, 1e308
+    return lo, hi
+
+
 # (case id, call, regex the message must contain)
 CASES = [
     # ---- add
@@ -103,6 +110,11 @@ CASES = [
      r"\bhi\b"),
     ("update-all-lo-above-hi", lambda bp: bp.update(np.arange(N), *_all_boxes(17, 0, 50.0, 0)),
      r"\blo\b.*\b17\b|\b17\b.*\blo\b"),
+    # an edge hi - lo that rounds to infinity (finite corners): the hash grid looped forever
+    ("add-edge-overflows", lambda bp: bp.add([FRESH], unit([-1e308, 0, 0]), unit([1e308, 1, 1])),
+     r"\bedge\b"),
+    ("update-all-edge-overflows", lambda bp: bp.update(np.arange(N), *_edge_overflow(7)),
+     r"\[7\]"),
     ("update-hi-count-mismatch", lambda bp: bp.update([2, 3], np.zeros((2, 3)), np.ones((3, 3))), r"\bhi\b"),
     # ---- remove
     ("remove-unknown", lambda bp: bp.remove([12345]), r"\b12345\b"),
@@ -178,6 +190,33 @@ def test_inactive_hash_grid_refuses_bad_update(value):
         bp.update(np.arange(N), new_lo, new_hi)
     assert not bp.active
     assert bp.pairs().tolist() == before
+
+
+@pytest.mark.parametrize("cfg", [c for c in CONFIG_PARAMS if c.values[0].is_hhg])
+@pytest.mark.parametrize("where", ["add", "update"])
+def test_hash_grid_refuses_a_cell_too_large_for_float64(cfg, where):
+    """A box whose edges are finite but whose grid's cell (edge x hierarchy factor) would not
+    be: a cell of infinite size made the grid search loop forever (2026-11-29). Now refused,
+    naming the row, and nothing changes. (A guard ends the process if the call hangs.)"""
+    import faulthandler
+
+    from parsim.broadphase import BroadPhaseError
+
+    bp, model = populated(cfg)
+    before = snapshot(bp)
+    lo, hi = _all_boxes()
+    lo[11, 2], hi[11, 2] = -8e307, 8e307  # an edge of 1.6e308: finite, twice it is not
+    faulthandler.dump_traceback_later(600, exit=True)
+    try:
+        with pytest.raises(BroadPhaseError, match=r"row 11 of lo/hi.*float64"):
+            if where == "add":
+                bp.add(np.arange(FRESH, FRESH + N), lo, hi)
+            else:
+                bp.update(np.arange(N), lo, hi)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert snapshot(bp) == before
+    orc.assert_matches(bp, model, label="after the error: ")
 
 
 @pytest.mark.parametrize("cfg", CONFIG_PARAMS)
