@@ -212,6 +212,13 @@ class Simulation:
             if not (self.hi > self.lo).all():
                 raise ValueError(f"domain: upper corner {tuple(map(float, self.hi))} must exceed the lower "
                                  f"corner {tuple(map(float, self.lo))} on every axis")
+            with np.errstate(over="ignore"):
+                bad = ~np.isfinite(self.hi - self.lo)   # (the corners are finite)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"domain: along {'xyz'[i]} from {float(self.lo[i])} to "
+                                 f"{float(self.hi[i])} the length is not a finite float64; use "
+                                 "smaller coordinates")
         self.walled = ~self.periodic & np.isfinite(self.lo)
         self.box = np.where(self.periodic, self.hi - self.lo, 0.0)
         if skin is not None:
@@ -434,7 +441,21 @@ class Simulation:
                                  f"[{tuple(map(float, self.lo))}, {tuple(map(float, self.hi))}) on a non-periodic axis")
         if uids is None and self._next_uid + n > MAX_UID:
             raise ValueError("too many bodies: uids exhausted")
-        mass, inertia = _mass_properties(shape, params, mat.density)
+        with np.errstate(over="ignore", under="ignore"):
+            mass, inertia = _mass_properties(shape, params, mat.density)
+        if shape != PLANE:
+            # the integrator divides by both: they must be normal float64 numbers whose
+            # inverses are finite too (a radius of 1e-300 gave a mass of 0, 1e300 an infinite one)
+            tiny = 1.0 / np.finfo(np.float64).max
+            ok = (np.isfinite(mass) & (mass >= tiny)
+                  & (np.isfinite(inertia) & (inertia >= tiny)).all(axis=1))
+            if not ok.all():
+                i = int(np.flatnonzero(~ok)[0])
+                raise ValueError(
+                    f"{name} {i}: sizes {params[i, :k].tolist()} with the density "
+                    f"{mat.density!r} of material '{mat.name}' give a mass {float(mass[i])!r} and "
+                    f"moments of inertia {inertia[i].tolist()} that float64 cannot invert; use "
+                    "units in which sizes and densities are nearer 1 (e.g. mm, g)")
         flags = np.zeros(n, dtype=np.uint8)
         if fixed or shape == PLANE:
             flags |= FIXED

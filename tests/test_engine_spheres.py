@@ -294,6 +294,11 @@ def test_non_finite_state_is_reported():
     (dict(dt=1e-4, domain=((0, 0, 0), (1, -1, 1))), "upper corner"),
     (dict(dt=1e-4, outflow="bounce"), "outflow must be"),
     (dict(dt=1e-4, skin=-1), "skin must be"),
+    # corners whose distance overflows float64 (a periodic box of infinite length gave NaN
+    # positions; 2026-11-29)
+    (dict(dt=1e-4, domain=((-1e308, 0, 0), (1e308, 1, 1)), periodic=True),
+     r"along x .* not a finite float64"),
+    (dict(dt=1e-4, domain=((0, -1e308, 0), (1, 1e308, 1))), r"along y .* not a finite float64"),
 ])
 def test_bad_simulation_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -309,6 +314,15 @@ def test_bad_body_arguments():
         sim.add_sphere((0.5, 0.5, 0.5), -0.1, m)
     with pytest.raises(ValueError, match="outside the domain"):
         sim.add_sphere((0.5, 0.5, 1.5), 0.1, m)
+    # sizes whose mass or moments of inertia float64 cannot invert (a radius of 1e-300 raised
+    # a ZeroDivisionError, one of 1e300 ran into NaN; 2026-11-29)
+    with pytest.raises(ValueError, match=r"sphere 0: sizes \[1e-300\] .* material 'm' .* cannot invert"):
+        sim.add_sphere((0.5, 0.5, 0.5), 1e-300, m)
+    with pytest.raises(ValueError, match=r"sphere 1: sizes \[1e\+300\] .* cannot invert"):
+        sim.add_spheres([(0.5, 0.5, 0.5), (0.2, 0.2, 0.2)], [0.1, 1e300], m)
+    with pytest.raises(ValueError, match=r"box 0: sizes .* cannot invert"):
+        sim.add_box((0.5, 0.5, 0.5), (1e-110, 1e-110, 1e-110), material=m)
+    assert sim.state()["uid"].size == 0  # nothing was added
     with pytest.raises(ValueError, match="zero quaternion"):
         sim.add_box((0.5, 0.5, 0.5), (0.1, 0.1, 0.1), orientation=(0, 0, 0, 0), material=m)
     with pytest.raises(ValueError, match="material 'm' exists"):
