@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit
 
 from . import packing, randoms
+from .bodies import MAX_UID
 from .materials import mix_problem
 from .shapes import BOX, CAPSULE, PLANE, SPHERE
 from .simulation import BlocksTooNarrow, Simulation
@@ -563,6 +564,21 @@ def _lattice_axis(c0, a, count, blo, bhi, jitter, lo, hi, periodic) -> np.ndarra
     return np.unique(np.concatenate(keep)) if keep else np.empty(0, dtype=np.int64)
 
 
+#: a lower bound of the memory one body takes on its rank (storage, neighbour lists, broad
+#: phase: about 1.5 kB measured, docs/benchmarks/scaling.md), for the lattice's size check
+_LATTICE_BYTES = 500
+
+
+def _physical_memory() -> int:
+    """Bytes of physical memory of this machine (0 if unknown)."""
+    try:
+        import os
+
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
 def _lattice(sim, spec, t, rlo, rhi) -> str | None:
     """A simple cubic lattice filling the region, made rank-locally: each rank computes only the
     lattice points that can end up in its block, with counter-based random numbers keyed by the
@@ -572,14 +588,40 @@ def _lattice(sim, spec, t, rlo, rhi) -> str | None:
     spheres, periodic images included) are left out, their uids unused. Returns a note saying
     how many were left out, or None."""
     a = spec["spacing"]
-    counts = np.floor((rhi - rlo) / a + 1e-9).astype(np.int64)
-    if (counts < 1).any():
+    per_axis = np.floor((rhi - rlo) / a + 1e-9)
+    if (per_axis < 1).any():
         raise t.err("spacing", f"{a} is larger than the region {(rhi - rlo).tolist()}")
+    # before anything is generated (a spacing far too small made each rank build index arrays
+    # of 1e8 entries and then hang in them; 2026-11-29): too many points, or points that
+    # certainly overlap (every body the same size), are refused at once, on every rank alike
+    total = float(np.prod(per_axis))
+    if total > MAX_UID:
+        raise t.err("spacing", f"{a} fills the region {(rhi - rlo).tolist()} with {total:.3g} "
+                               f"lattice points, more than parsim's uids ({MAX_UID:.3g}); use a "
+                               "larger spacing or a smaller region")
+    if spec["scale"] is None:
+        rb0 = float(_bounding(spec["shape"], spec["size"][None, :])[0])
+        if 2 * rb0 > a * (1 + 1e-12):
+            raise t.err("spacing", f"{a} is smaller than the bodies' bounding diameter "
+                                   f"{2 * rb0!r}: bodies would overlap")
+    counts = per_axis.astype(np.int64)
     key = int(spec["rng"].integers(0, 2**62))
     dec = sim.dec
     axes = [_lattice_axis(rlo[d], a, int(counts[d]), dec.block_lo[d], dec.block_hi[d],
                           spec["jitter"], sim.lo[d], sim.hi[d], bool(sim.periodic[d]))
             for d in range(3)]
+    mine = math.prod(ax.size for ax in axes)
+    ram = _physical_memory()
+    if ram and mine * _LATTICE_BYTES > ram:
+        msg = (f"{a} puts {mine:,} lattice points on rank {sim.net.rank}, which would need "
+               f"more than {mine * _LATTICE_BYTES / 2**30:.3g} GiB ({_LATTICE_BYTES} bytes per "
+               f"body) of its {ram / 2**30:.3g} GiB; use a larger spacing, a smaller region or "
+               "more ranks")
+    else:
+        msg = None
+    msg = sim.net.first_error(msg)
+    if msg is not None:
+        raise t.err("spacing", msg)
     g = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
     index = (g[:, 0] * counts[1] + g[:, 1]) * counts[2] + g[:, 2]
     centers = rlo + (g + 0.5) * a

@@ -146,7 +146,8 @@ def test_a_time_step_too_large_is_refused_before_anything_is_written(tmp_path, c
 
 @pytest.mark.parametrize("case", ["not_utf8", "region_text", "region_nan", "bool_in_vector",
                                   "bool_weights", "typo", "no_bodies", "npz_not_data",
-                                  "path_is_dir"])
+                                  "path_is_dir", "spacing_beyond_uids", "spacing_beyond_memory",
+                                  "spacing_overlaps", "radius_tiny"])
 def test_bad_configs_name_the_file_and_field(tmp_path, case):
     body = BODIES
     expect = []
@@ -172,6 +173,19 @@ def test_bad_configs_name_the_file_and_field(tmp_path, case):
     elif case == "no_bodies":
         body = ""
         expect = ["creates no bodies"]
+    # a lattice far too fine hung in its index arrays before it was refused (2026-11-29)
+    elif case == "spacing_beyond_uids":
+        body = BODIES.replace("spacing = 0.01", "spacing = 1e-9")
+        expect = ["[[bodies]][0].spacing", "lattice points, more than parsim's uids"]
+    elif case == "spacing_beyond_memory":
+        body = BODIES.replace("spacing = 0.01", "spacing = 1e-5").replace("0.0025", "1e-6")
+        expect = ["[[bodies]][0].spacing", "200,000,000,000 lattice points on rank 0", "GiB"]
+    elif case == "spacing_overlaps":
+        body = BODIES.replace("spacing = 0.01", "spacing = 1e-7")
+        expect = ["[[bodies]][0].spacing", "bodies would overlap"]
+    elif case == "radius_tiny":
+        body = BODIES.replace("radius = 0.0025", "radius = 1e-300")
+        expect = ["[[bodies]][0]", "sizes [1e-300]", "material 'glass'", "cannot invert"]
     elif case in ("npz_not_data", "path_is_dir"):
         target = tmp_path / "data.npz"
         if case == "npz_not_data":
