@@ -481,6 +481,18 @@ def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
     else:
         spec["count"] = t.number("count", low=1, integer=True)
         spec["placement"] = t.choice("placement", ("global", "local"), "global")
+        # every rank makes all the bodies of a global placement, its share of a local one (a
+        # count of 1e12 failed with numpy's MemoryError for an array of 7 TiB)
+        each = spec["count"] // (sim.net.size if spec["placement"] == "local" else 1)
+        ram = _physical_memory()
+        if ram and each * _LATTICE_BYTES > ram:
+            raise t.err("count", f"{spec['count']:,} bodies ({each:,} on each rank with "
+                                 f"placement = \"{spec['placement']}\") would need more than "
+                                 f"{each * _LATTICE_BYTES / 2**30:.3g} GiB per rank "
+                                 f"({_LATTICE_BYTES} bytes per body) of this machine's "
+                                 f"{ram / 2**30:.3g} GiB; lower the count"
+                                 + ("" if spec["placement"] == "local" else
+                                    ", or place them rank-locally (placement = \"local\")"))
         spec["max_attempts"] = t.number("max_attempts",
                                         200 if spec["placement"] == "global" else 1000,
                                         low=1, integer=True)

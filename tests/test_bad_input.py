@@ -147,7 +147,7 @@ def test_a_time_step_too_large_is_refused_before_anything_is_written(tmp_path, c
 @pytest.mark.parametrize("case", ["not_utf8", "region_text", "region_nan", "bool_in_vector",
                                   "bool_weights", "typo", "no_bodies", "npz_not_data",
                                   "path_is_dir", "spacing_beyond_uids", "spacing_beyond_memory",
-                                  "spacing_overlaps", "radius_tiny"])
+                                  "spacing_overlaps", "radius_tiny", "count_beyond_memory"])
 def test_bad_configs_name_the_file_and_field(tmp_path, case):
     body = BODIES
     expect = []
@@ -183,6 +183,10 @@ def test_bad_configs_name_the_file_and_field(tmp_path, case):
     elif case == "spacing_overlaps":
         body = BODIES.replace("spacing = 0.01", "spacing = 1e-7")
         expect = ["[[bodies]][0].spacing", "bodies would overlap"]
+    elif case == "count_beyond_memory":
+        body = ('[[bodies]]\nkind = "random"\nshape = "sphere"\nradius = 0.0025\n'
+                "count = 1000000000000\nregion = [[0.0, 0.0, 0.01], [0.1, 0.1, 0.03]]\n")
+        expect = ["[[bodies]][0].count", "1,000,000,000,000 bodies", "GiB", 'placement = "local"']
     elif case == "radius_tiny":
         body = BODIES.replace("radius = 0.0025", "radius = 1e-300")
         expect = ["[[bodies]][0]", "sizes [1e-300]", "material 'glass'", "cannot invert"]
