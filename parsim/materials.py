@@ -128,7 +128,8 @@ def make_material(name: str, index: int, density, restitution=None, collision_ti
             raise ValueError(f"material {name!r}: restitution and collision_time go together; "
                              "give both")
         kw["restitution"] = _check(name, "restitution", restitution, 0.0, 1.0, low_open=True)
-        kw["collision_time"] = _check(name, "collision_time", collision_time, 0.0, low_open=True)
+        # (its square divides: 1e-300 raised ZeroDivisionError, 1e300 OverflowError; 2026-11-29)
+        kw["collision_time"] = _check(name, "collision_time", collision_time, 1e-150, 1e150)
     return Material(**kw)
 
 

@@ -329,6 +329,12 @@ def test_bad_body_arguments():
         sim.add_material("m", density=1.0, restitution=0.5, collision_time=1e-3)
     with pytest.raises(ValueError, match=r"material 'q': restitution = 1.5 is outside"):
         sim.add_material("q", density=1.0, restitution=1.5, collision_time=1e-3)
+    # collision times whose square float64 cannot hold (1e-300 raised ZeroDivisionError, 1e300
+    # OverflowError at the first step; 2026-11-29)
+    for tc in (1e-300, 1e300):
+        with pytest.raises(ValueError, match=r"material 'q': collision_time = .* outside the "
+                                             r"allowed range \[1e-150, 1e\+150\]"):
+            sim.add_material("q", density=1.0, restitution=0.5, collision_time=tc)
 
 
 C3 = np.array([[0.2, 0.5, 0.5], [0.5, 0.5, 0.5], [0.8, 0.5, 0.5]])
