@@ -24,6 +24,7 @@ config always produces the same bodies.
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -485,11 +486,11 @@ def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
         # count of 1e12 failed with numpy's MemoryError for an array of 7 TiB)
         each = spec["count"] // (sim.net.size if spec["placement"] == "local" else 1)
         ram = _physical_memory()
-        if ram and each * _LATTICE_BYTES > ram:
+        if ram and each * _BYTES_PER_BODY > ram:
             raise t.err("count", f"{spec['count']:,} bodies ({each:,} on each rank with "
                                  f"placement = \"{spec['placement']}\") would need more than "
-                                 f"{each * _LATTICE_BYTES / 2**30:.3g} GiB per rank "
-                                 f"({_LATTICE_BYTES} bytes per body) of this machine's "
+                                 f"{each * _BYTES_PER_BODY / 2**30:.3g} GiB per rank "
+                                 f"({_BYTES_PER_BODY} bytes per body) of this machine's "
                                  f"{ram / 2**30:.3g} GiB; lower the count"
                                  + ("" if spec["placement"] == "local" else
                                     ", or place them rank-locally (placement = \"local\")"))
@@ -577,15 +578,13 @@ def _lattice_axis(c0, a, count, blo, bhi, jitter, lo, hi, periodic) -> np.ndarra
 
 
 #: a lower bound of the memory one body takes on its rank (storage, neighbour lists, broad
-#: phase: about 1.5 kB measured, docs/benchmarks/scaling.md), for the lattice's size check
-_LATTICE_BYTES = 500
+#: phase: about 1.5 kB measured, docs/benchmarks/scaling.md), for the generators' size checks
+_BYTES_PER_BODY = 500
 
 
 def _physical_memory() -> int:
     """Bytes of physical memory of this machine (0 if unknown)."""
     try:
-        import os
-
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
         return 0
@@ -624,9 +623,9 @@ def _lattice(sim, spec, t, rlo, rhi) -> str | None:
             for d in range(3)]
     mine = math.prod(ax.size for ax in axes)
     ram = _physical_memory()
-    if ram and mine * _LATTICE_BYTES > ram:
+    if ram and mine * _BYTES_PER_BODY > ram:
         msg = (f"{a} puts {mine:,} lattice points on rank {sim.net.rank}, which would need "
-               f"more than {mine * _LATTICE_BYTES / 2**30:.3g} GiB ({_LATTICE_BYTES} bytes per "
+               f"more than {mine * _BYTES_PER_BODY / 2**30:.3g} GiB ({_BYTES_PER_BODY} bytes per "
                f"body) of its {ram / 2**30:.3g} GiB; use a larger spacing, a smaller region or "
                "more ranks")
     else:

@@ -316,7 +316,8 @@ def test_bad_body_arguments():
         sim.add_sphere((0.5, 0.5, 1.5), 0.1, m)
     # sizes whose mass or moments of inertia float64 cannot invert (a radius of 1e-300 raised
     # a ZeroDivisionError, one of 1e300 ran into NaN; 2026-11-29)
-    with pytest.raises(ValueError, match=r"sphere 0: sizes \[1e-300\] .* material 'm' .* cannot invert"):
+    with pytest.raises(ValueError,
+                       match=r"sphere 0: sizes \[1e-300\] .* material 'm' .* cannot invert"):
         sim.add_sphere((0.5, 0.5, 0.5), 1e-300, m)
     with pytest.raises(ValueError, match=r"sphere 1: sizes \[1e\+300\] .* cannot invert"):
         sim.add_spheres([(0.5, 0.5, 0.5), (0.2, 0.2, 0.2)], [0.1, 1e300], m)

@@ -626,9 +626,9 @@ def update_scan(slots, every, lo_new, hi_new, b_grid, G, f, out_cell):
     For each body: if its grid is still suitable, ``out_cell[i]`` = its new cell; else -1 (it must
     change grid). ``every``: slots is 0, 1, ..., n - 1 (:func:`is_identity`). Returns
     ``(status, i, changers)``: BAD_BOX if a box has a non-finite corner, lo > hi or an edge too
-    long for float64 (checked in the same vectorised pass, so that ``update`` makes no pass of its own; nothing changed),
-    NOT_HASHABLE at the first body whose centre is too far from the origin for its grid; the
-    number of bodies marked -1.
+    long for float64 (checked in the same vectorised pass, so that ``update`` makes no pass of
+    its own; nothing changed), NOT_HASHABLE at the first body whose centre is too far from the
+    origin for its grid; the number of bodies marked -1.
     """
     finest = G.order[0]
     ng = G.n[0]
