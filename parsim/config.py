@@ -485,13 +485,10 @@ def _generator_spec(t: _Table, sim: Simulation, base) -> dict:
         # every rank makes all the bodies of a global placement, its share of a local one (a
         # count of 1e12 failed with numpy's MemoryError for an array of 7 TiB)
         each = spec["count"] // (sim.net.size if spec["placement"] == "local" else 1)
-        ram = _physical_memory()
-        if ram and each * _BYTES_PER_BODY > ram:
+        need = _too_many(each)
+        if need:
             raise t.err("count", f"{spec['count']:,} bodies ({each:,} on each rank with "
-                                 f"placement = \"{spec['placement']}\") would need more than "
-                                 f"{each * _BYTES_PER_BODY / 2**30:.3g} GiB per rank "
-                                 f"({_BYTES_PER_BODY} bytes per body) of this machine's "
-                                 f"{ram / 2**30:.3g} GiB; lower the count"
+                                 f"placement = \"{spec['placement']}\") {need}; lower the count"
                                  + ("" if spec["placement"] == "local" else
                                     ", or place them rank-locally (placement = \"local\")"))
         spec["max_attempts"] = t.number("max_attempts",
@@ -582,12 +579,17 @@ def _lattice_axis(c0, a, count, blo, bhi, jitter, lo, hi, periodic) -> np.ndarra
 _BYTES_PER_BODY = 500
 
 
-def _physical_memory() -> int:
-    """Bytes of physical memory of this machine (0 if unknown)."""
+def _too_many(bodies: int) -> str | None:
+    """Why ``bodies`` bodies on one rank would not fit in this machine's physical memory (at
+    :data:`_BYTES_PER_BODY` each), or None (also when the memory is unknown)."""
     try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        ram = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
-        return 0
+        return None
+    if bodies * _BYTES_PER_BODY <= ram:
+        return None
+    return (f"would need more than {bodies * _BYTES_PER_BODY / 2**30:.3g} GiB per rank "
+            f"({_BYTES_PER_BODY} bytes per body) of this machine's {ram / 2**30:.3g} GiB")
 
 
 def _lattice(sim, spec, t, rlo, rhi) -> str | None:
@@ -622,14 +624,9 @@ def _lattice(sim, spec, t, rlo, rhi) -> str | None:
                           spec["jitter"], sim.lo[d], sim.hi[d], bool(sim.periodic[d]))
             for d in range(3)]
     mine = math.prod(ax.size for ax in axes)
-    ram = _physical_memory()
-    if ram and mine * _BYTES_PER_BODY > ram:
-        msg = (f"{a} puts {mine:,} lattice points on rank {sim.net.rank}, which would need "
-               f"more than {mine * _BYTES_PER_BODY / 2**30:.3g} GiB ({_BYTES_PER_BODY} bytes per "
-               f"body) of its {ram / 2**30:.3g} GiB; use a larger spacing, a smaller region or "
-               "more ranks")
-    else:
-        msg = None
+    need = _too_many(mine)
+    msg = (f"{a} puts {mine:,} lattice points on rank {sim.net.rank}, which {need}; use a "
+           "larger spacing, a smaller region or more ranks") if need else None
     msg = sim.net.first_error(msg)
     if msg is not None:
         raise t.err("spacing", msg)

@@ -430,11 +430,9 @@ class BroadPhase(ABC):
         """Give bodies already added their new AABBs."""
         slots = self.bodies.all_slots(ids)  # the common case: every body in stored order
         if slots is None:
-            ids = as_ids(ids)
-        else:
-            ids = self.bodies.ids[: slots.shape[0]]
+            ids = as_ids(ids)                 # (else ids is an int64 array already)
         lo, hi = as_boxes(lo, hi, ids.shape[0], check=not self._update_checks_boxes)
-        if ids.size == 0:
+        if ids.shape[0] == 0:
             return
         if slots is None:  # (the stored bodies are finite ones)
             if self._infinite.size and np.isin(ids, self._infinite).any():

@@ -395,7 +395,9 @@ class HierarchicalHashGrid(BroadPhase):
         if self._new_cell.shape[0] < slots.shape[0]:  # grows with the store, reused per call
             self._new_cell = np.empty(self.bodies.capacity, dtype=np.int64)
         new_cell = self._new_cell[: slots.shape[0]]
-        every = slots.shape[0] == b.n and (b.is_all(slots) or K.is_identity(slots))
+        # (ids equal to the stored ones in stored order always come as that array: slots_of
+        # and all_slots check for them first, so no identity test is needed here)
+        every = b.is_all(slots)
         status, i, n_changers = K.update_scan(slots, every, lo, hi, self._b_grid, self._G,
                                               self.hierarchy_factor, new_cell)
         if status == K.BAD_BOX:
