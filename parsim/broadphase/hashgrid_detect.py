@@ -17,8 +17,21 @@ from the x indices of its (at most eight) bodies by one vector compare each
 (``simd.overlap_mask8``). The hashed grids wrap (cell x = 0 is the +x
 neighbour of x = 2**bx - 1); the wrap is handled at the two ends of a row.
 
-Same cell pairs as the thesis' cell-by-cell walk: each pair of neighbouring cells meets once, and
-each overlapping pair is reported once.
+Where rows are sparse (the very polydisperse scenario: 2.4 bodies per row of its finest grid, one
+window in seven holding a body), finding the windows costs more than testing every candidate: a
+row whose half neighbours hold at most ``WHOLE_MAX`` bodies tests them whole, without windows. Its
+own row and the next (dy = 1) are one run of entries, the three rows dy = -1, 0, 1 of the next
+plane another (a third and fourth only where y wraps), each tested with one or two vectors
+(chosen per row, so that a body's tests take no branch that depends on its own data: with the
+window loop, whose trip count varies from body to body, the detection of the very
+polydisperse scenario took 1.06 ms, with the runs 0.77; 2026-11-29, alternated in one process).
+Bodies of every x cell in those rows are tested, whatever their x: two boxes of one grid that
+overlap lie in neighbouring cells, and the offset (dy, dz) between their rows says which of the
+two holds the other in its half neighbourhood (four cells or more per axis: the offsets are
+distinct), so each overlapping pair is still reported exactly once.
+
+On the windowed path the cell pairs are those of the thesis' cell-by-cell walk: each pair of
+neighbouring cells meets once, and each overlapping pair is reported once.
 """
 
 from __future__ import annotations
@@ -41,6 +54,11 @@ SHORT = LANES
 
 #: the most windows of one body: own row 2, forward rows 4 x 2, coarser grids 63 x 9 rows x 2
 WINDOWS_MAX = 10 + 64 * 18
+
+#: a row whose own run (the rest of its row and the next row) and forward plane run (three rows of
+#: the next plane) each hold at most this many bodies (not counting itself) tests them whole:
+#: two vectors at most per run, no x windows
+WHOLE_MAX = 2 * LANES
 
 #: ``toff`` of a row without an x table
 NO_TABLE = -(1 << 62)
@@ -77,11 +95,12 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
 
     Scratch, caller-owned and reused between calls: ``words``, ``tmp``, ``cid`` (int64) of at
     least ``n_slots`` entries, ``xs`` (int32) of ``n_slots + LANES``; ``box``
-    float64[6, >= n_slots + LANES] (the compact lo x, y, z, hi x, y, z); ``rows`` int64 and ``ptab`` int32 of the sizes
-    ``table_sizes(G)``. After the sorts, row ``r`` of the grids (grid rank, then z, then y) holds
-    compact entries ``rows[r] : rows[r + 1]``, sorted by the cells' x index ``xs``, with ids
-    ``cid``. Writes id pairs (a < b) into ``out`` and returns their number; a number above
-    ``out.shape[0] - 2`` means the buffer overflowed (contents invalid): retry with that size.
+    float64[6, >= n_slots + 2 * LANES] (the compact lo x, y, z, hi x, y, z); ``rows`` int64
+    and ``ptab`` int32 of the sizes ``table_sizes(G)``. After the sorts, row ``r`` of the
+    grids (grid rank, then z, then y) holds compact entries ``rows[r] : rows[r + 1]``, sorted
+    by the cells' x index ``xs``, with ids ``cid``. Writes id pairs (a < b) into ``out`` and
+    returns their number; a number above ``out.shape[0] - 2`` means the buffer overflowed
+    (contents invalid): retry with that size.
     """
     ng = G.n[0]
     # per grid (indexed by grid id): first row; the widest x index
@@ -163,8 +182,9 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         HZ[j] = hi[s, 2]
         cid[j] = ids[s]
         xs[j] = (w >> ID_BITS) & xmask_all
-    # eight boxes that overlap nothing after the last: vector tests read up to 7 past a run
-    for j in range(m, m + LANES):
+    # sixteen boxes that overlap nothing after the last: the vector tests of a run read up to
+    # 15 entries past its start
+    for j in range(m, m + 2 * LANES):
         LX[j] = np.inf
         LY[j] = np.inf
         LZ[j] = np.inf
@@ -274,6 +294,30 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         st[0] = n
         st[1] = over
 
+    def test8(a, b, left):
+        """The overlap mask of body ``a`` with the ``left`` (may be <= 0) entries from b on,
+        eight at most."""
+        msk = overlap_mask8(LX, LY, LZ, HX, HY, HZ, b, LX[a], LY[a], LZ[a], HX[a], HY[a],
+                            HZ[a])
+        return msk & ((np.int64(1) << min(max(left, 0), LANES)) - 1)
+
+    def emit(a, b, msk):
+        """Write the pairs of body ``a`` with the entries b + k of the set bits k of ``msk``."""
+        n = st[0]
+        over = st[1]
+        ia = cid[a]
+        while msk != 0:
+            ib = cid[b + trailing_zeros(msk)]
+            out[n, 0] = min(ia, ib)
+            out[n, 1] = max(ia, ib)
+            n += 1
+            if n == n_out - 1:  # overflow: keep counting, the caller retries
+                over += n
+                n = 0
+            msk &= msk - 1
+        st[0] = n
+        st[1] = over
+
     def lower(q0, q1, x):
         """First index in [q0, q1] whose x is >= x (the run, not empty, is sorted by x); a
         branch-free binary search (its trip count depends on the run's length only)."""
@@ -320,6 +364,44 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
             k += 1
         return k
 
+    def coarse_windows(r, a, k):
+        """The windows of body ``a`` in every coarser grid with many bodies, from window k on:
+        the rows of the cells that can hold a partner (centres within half a cell of the AABB:
+        at most 3 x 3 x 3); returns the next k."""
+        for r2 in range(r + 1, ng):
+            h = G.order[r2]
+            if G.count[h] <= SCAN_COARSE_MAX:
+                continue
+            inv = G.inv[h]
+            half_cell = 0.5 * G.cell[h]
+            hrb = row0[h]
+            hby = G.bits[h, 1]
+            hmx = (np.int64(1) << G.bits[h, 0]) - 1
+            hmy = (np.int64(1) << hby) - 1
+            hmz = (np.int64(1) << G.bits[h, 2]) - 1
+            cx0 = _coord(LX[a] - half_cell, inv) & hmx
+            cx1 = _coord(HX[a] + half_cell, inv) & hmx
+            cy0 = _coord(LY[a] - half_cell, inv)
+            cy1 = _coord(HY[a] + half_cell, inv)
+            cz0 = _coord(LZ[a] - half_cell, inv)
+            cz1 = _coord(HZ[a] + half_cell, inv)
+            for cz in range(cz0, cz1 + 1):
+                for cy in range(cy0, cy1 + 1):
+                    hr = hrb + (((cz & hmz) << hby) | (cy & hmy))
+                    q0 = rows[hr]
+                    q1 = rows[hr + 1]
+                    to = toff[hr]
+                    wlo[k] = coarse_first(q0, q1, to, cx0)
+                    if cx0 <= cx1:
+                        whi[k] = coarse_first(q0, q1, to, cx1 + 1)
+                        k += whi[k] > wlo[k]
+                    else:  # the x range wraps: [cx0, mx] and [0, cx1]
+                        whi[k] = q1
+                        wlo[k + 1] = q0
+                        whi[k + 1] = coarse_first(q0, q1, to, cx1 + 1)
+                        k += 2
+        return k
+
     # the own row (0) and the four forward rows: start, end, x table offset (-1: a short row,
     # its windows counted), first x and last x + 1
     qs = np.empty(5, dtype=np.int64)
@@ -363,6 +445,66 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                 s0 = rows[row]
                 s1 = rows[row + 1]
                 if s0 == s1:
+                    continue
+                # sparse neighbourhood: the half neighbours' rows as at most four runs of
+                # entries, tested whole (no x windows; see WHOLE_MAX)
+                zq = (z + 1) & mz
+                ob = rb + (z << by)
+                pb = rb + (zq << by)
+                if y < my:                    # rows (z, y) and (z, y + 1) are one run
+                    oe = rows[row + 2]
+                    o2s = oe
+                    o2e = oe
+                else:                         # (z, y + 1) wraps to (z, 0)
+                    oe = s1
+                    o2s = rows[ob]
+                    o2e = rows[ob + 1]
+                if y == 0:                    # (zq, -1) wraps to (zq, my)
+                    p1s = rows[pb]
+                    p1e = rows[pb + 2]
+                    p2s = rows[pb + my]
+                    p2e = rows[pb + my + 1]
+                elif y < my:                  # rows (zq, y - 1 .. y + 1): one run
+                    p1s = rows[pb + y - 1]
+                    p1e = rows[pb + y + 2]
+                    p2s = p1e
+                    p2e = p1e
+                else:                         # (zq, my + 1) wraps to (zq, 0)
+                    p1s = rows[pb + my - 1]
+                    p1e = rows[pb + my + 1]
+                    p2s = rows[pb]
+                    p2e = rows[pb + 1]
+                if oe - s0 <= WHOLE_MAX + 1 and p1e - p1s <= WHOLE_MAX:
+                    # per row, not per body: how many vectors each run needs (one or two)
+                    own2 = oe - s0 - 1 > LANES
+                    p12 = p1e - p1s > LANES
+                    edge = y == 0 or y == my
+                    for a in range(s0, s1):
+                        b = a + 1
+                        msk = test8(a, b, oe - b)
+                        if msk != 0:
+                            emit(a, b, msk)
+                        if own2:
+                            msk = test8(a, b + LANES, oe - b - LANES)
+                            if msk != 0:
+                                emit(a, b + LANES, msk)
+                        msk = test8(a, p1s, p1e - p1s)
+                        if msk != 0:
+                            emit(a, p1s, msk)
+                        if p12:
+                            msk = test8(a, p1s + LANES, p1e - p1s - LANES)
+                            if msk != 0:
+                                emit(a, p1s + LANES, msk)
+                        if edge or coarse_probe:
+                            wlo[0] = o2s
+                            whi[0] = o2e
+                            k = np.int64(o2e > o2s)
+                            wlo[k] = p2s
+                            whi[k] = p2e
+                            k += p2e > p2s
+                            if coarse_probe:
+                                k = coarse_windows(r, a, k)
+                            run_windows(a, k, False)
                     continue
                 for q in range(5):
                     if q == 0:
@@ -414,38 +556,7 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                     # every coarser grid with many bodies: the rows of the cells that can hold
                     # a partner (centres within half a cell of the AABB: at most 3 x 3 x 3)
                     if coarse_probe:
-                        for r2 in range(r + 1, ng):
-                            h = G.order[r2]
-                            if G.count[h] <= SCAN_COARSE_MAX:
-                                continue
-                            inv = G.inv[h]
-                            half_cell = 0.5 * G.cell[h]
-                            hrb = row0[h]
-                            hby = G.bits[h, 1]
-                            hmx = (np.int64(1) << G.bits[h, 0]) - 1
-                            hmy = (np.int64(1) << hby) - 1
-                            hmz = (np.int64(1) << G.bits[h, 2]) - 1
-                            cx0 = _coord(LX[a] - half_cell, inv) & hmx
-                            cx1 = _coord(HX[a] + half_cell, inv) & hmx
-                            cy0 = _coord(LY[a] - half_cell, inv)
-                            cy1 = _coord(HY[a] + half_cell, inv)
-                            cz0 = _coord(LZ[a] - half_cell, inv)
-                            cz1 = _coord(HZ[a] + half_cell, inv)
-                            for cz in range(cz0, cz1 + 1):
-                                for cy in range(cy0, cy1 + 1):
-                                    hr = hrb + (((cz & hmz) << hby) | (cy & hmy))
-                                    q0 = rows[hr]
-                                    q1 = rows[hr + 1]
-                                    to = toff[hr]
-                                    wlo[k] = coarse_first(q0, q1, to, cx0)
-                                    if cx0 <= cx1:
-                                        whi[k] = coarse_first(q0, q1, to, cx1 + 1)
-                                        k += whi[k] > wlo[k]
-                                    else:  # the x range wraps: [cx0, mx] and [0, cx1]
-                                        whi[k] = q1
-                                        wlo[k + 1] = q0
-                                        whi[k + 1] = coarse_first(q0, q1, to, cx1 + 1)
-                                        k += 2
+                        k = coarse_windows(r, a, k)
                     run_windows(a, k, narrow)
         # a sparse coarser grid: its bodies against every finer body, which precede them
         if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:

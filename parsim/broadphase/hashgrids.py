@@ -135,11 +135,11 @@ class HierarchicalHashGrid(BroadPhase):
     @staticmethod
     def _new_scratch(n: int) -> tuple:
         """``find_pairs_rows``' scratch for ``n`` bodies: two key arrays of the sorts, the compact
-        AABBs (six coordinate arrays, padded with eight boxes for the vector tests), the ids and
-        the cells' x index in compact order (84 bytes per body with the x tables below); the
-        coordinate and x index arrays have eight entries more, read by the vector tests and
-        counts past the end of a run."""
-        return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((6, n + 8)),
+        AABBs (six coordinate arrays, padded with sixteen boxes: a run's vector tests read up to
+        15 entries past its start), the ids and the cells' x index in compact order (84 bytes
+        per body with the x tables below; eight entries more, read by the counts past the end
+        of a run)."""
+        return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((6, n + 16)),
                 np.empty(n, np.int64), np.empty(n + 8, np.int32))
 
     def _new_tables(self, n_rows: int, n_xtab: int, n: int) -> tuple:

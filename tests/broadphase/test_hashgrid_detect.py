@@ -202,3 +202,68 @@ def test_short_rows_give_x_windows_across_the_wrap(coarse):
         lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
         bp.update(ids, lo, hi)
         check(bp, ids, lo, hi, f"short rows, coarse {coarse}, step {step}")
+
+
+def whole_row_paths(bp, rank: int = 0) -> dict[str, int]:
+    """How many occupied rows of the grid of this rank take each path of the sparse
+    detection (``WHOLE_MAX``): tested whole, with two vectors for the own run or for the
+    forward plane's run, with a wrapped run at y = 0 or y = my, or through x windows."""
+    from parsim.broadphase.hashgrid_detect import LANES, WHOLE_MAX
+
+    G = bp._G
+    g = int(G.order[rank])
+    by, bz = int(G.bits[g, 1]), int(G.bits[g, 2])
+    L = row_lengths(bp)[rank].reshape(1 << bz, 1 << by)  # [z, y]
+    ny, nz = 1 << by, 1 << bz
+    found = dict(whole=0, own_two=0, plane_two=0, wrapped=0, windows=0)
+    for z in range(nz):
+        zq = (z + 1) % nz
+        for y in range(ny):
+            if L[z, y] == 0:
+                continue
+            own = L[z, y] + (L[z, y + 1] if y < ny - 1 else 0)
+            plane = sum(L[zq, yy] for yy in (y - 1, y, y + 1) if 0 <= yy < ny)
+            if own > WHOLE_MAX + 1 or plane > WHOLE_MAX:
+                found["windows"] += 1
+                continue
+            found["whole"] += 1
+            found["own_two"] += own - 1 > LANES
+            found["plane_two"] += plane > LANES
+            found["wrapped"] += (y == 0 and L[zq, ny - 1] > 0) or (y == ny - 1 and (
+                L[z, 0] > 0 or L[zq, 0] > 0))
+    return found
+
+
+@pytest.mark.parametrize("coarse", [False, True])
+def test_sparse_rows_tested_whole(coarse):
+    # a thin gas wrapped around a 16^3 grid that never grows, with a denser cluster: most rows'
+    # half neighbours (the rest of the own row and the row after it, the three rows of the next
+    # plane) hold at most WHOLE_MAX bodies and are tested whole, one or two vectors a run, the
+    # runs across the wrap of y and z included; the cluster's rows take the x windows. With
+    # ``coarse``, 60 bodies of twice the size form a grid the fine bodies probe as well.
+    from parsim.broadphase.hashgrid_kernels import SCAN_COARSE_MAX
+
+    rng = np.random.default_rng(10)
+    gas, cluster = 700, 700
+    counts = (gas + cluster, 60) if coarse else (gas + cluster,)
+    n = sum(counts)
+    c = np.concatenate([rng.uniform(-12, 12, (gas, 3)), rng.normal(3.0, 1.6, (cluster, 3)),
+                        rng.uniform(-12, 12, (n - gas - cluster, 3))])
+    sizes = (0.9, 1.8)[: len(counts)]
+    size = np.repeat(sizes, counts) * rng.uniform(0.9, 1.0, n)
+    lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
+    ids = rng.permutation(n).astype(np.int64) * 7 + 3
+    bp = hhg(initial_cells=16, min_grid_density=1e-6)
+    bp.add(ids, lo, hi)
+    assert bp.grid_info()["n_bodies"].tolist() == list(counts)
+    if coarse:
+        assert counts[1] > SCAN_COARSE_MAX
+    paths = whole_row_paths(bp)
+    assert paths["whole"] > 100 and paths["windows"] > 5, paths
+    assert min(paths["own_two"], paths["plane_two"], paths["wrapped"]) > 0, paths
+    check(bp, ids, lo, hi, f"sparse rows, coarse {coarse}")
+    for step in range(3):
+        c = c + rng.normal(0, 0.4, c.shape)
+        lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
+        bp.update(ids, lo, hi)
+        check(bp, ids, lo, hi, f"sparse rows, coarse {coarse}, step {step}")
