@@ -137,10 +137,10 @@ class HierarchicalHashGrid(BroadPhase):
         """``find_pairs_rows``' scratch for ``n`` bodies: two key arrays of the sorts, the compact
         AABBs (six coordinate arrays, padded with sixteen boxes: a run's vector tests read up to
         15 entries past its start), the ids and the cells' x index in compact order (84 bytes
-        per body with the x tables below; eight entries more, read by the counts past the end
-        of a run)."""
+        per body with the x tables below; eight entries more, read past the end of a run by
+        the counts and by the coarse scan's branch-free pair writes)."""
         return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((6, n + 16)),
-                np.empty(n, np.int64), np.empty(n + 8, np.int32))
+                np.empty(n + 8, np.int64), np.empty(n + 8, np.int32))
 
     def _new_tables(self, n_rows: int, n_xtab: int, n: int) -> tuple:
         """The detection's tables: first body of every row of cells, two planes of x tables,
