@@ -60,6 +60,12 @@ WINDOWS_MAX = 10 + 64 * 18
 #: two vectors at most per run, no x windows
 WHOLE_MAX = 2 * LANES
 
+#: boxes that overlap nothing after the last compact entry: a run's vector tests read up to
+#: ``BOX_PAD - 1`` entries past its start (two vectors on the whole path, so WHOLE_MAX may not
+#: exceed it). The caller allocates ``box`` with this padding (``HierarchicalHashGrid``).
+BOX_PAD = 2 * LANES
+assert WHOLE_MAX <= BOX_PAD
+
 #: ``toff`` of a row without an x table
 NO_TABLE = -(1 << 62)
 
@@ -95,7 +101,7 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
 
     Scratch, caller-owned and reused between calls: ``words``, ``tmp`` (int64) of at least
     ``n_slots`` entries, ``cid`` (int64) and ``xs`` (int32) of ``n_slots + LANES``; ``box``
-    float64[6, >= n_slots + 2 * LANES] (the compact lo x, y, z, hi x, y, z); ``rows`` int64
+    float64[6, >= n_slots + BOX_PAD] (the compact lo x, y, z, hi x, y, z); ``rows`` int64
     and ``ptab`` int32 of the sizes ``table_sizes(G)``. After the sorts, row ``r`` of the
     grids (grid rank, then z, then y) holds compact entries ``rows[r] : rows[r + 1]``, sorted
     by the cells' x index ``xs``, with ids ``cid``. Writes id pairs (a < b) into ``out`` and
@@ -182,9 +188,8 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         HZ[j] = hi[s, 2]
         cid[j] = ids[s]
         xs[j] = (w >> ID_BITS) & xmask_all
-    # sixteen boxes that overlap nothing after the last: the vector tests of a run read up to
-    # 15 entries past its start
-    for j in range(m, m + 2 * LANES):
+    # boxes that overlap nothing after the last (BOX_PAD)
+    for j in range(m, m + BOX_PAD):
         LX[j] = np.inf
         LY[j] = np.inf
         LZ[j] = np.inf
