@@ -35,6 +35,24 @@ from .shapes import PLANE, SPHERE, compute_aabbs
 
 
 @njit(cache=True)
+def _grid_boxes(lo, hi, n, span, blo, bhi):
+    """The boxes the hash grid sees: each AABB grown by a hair of its own, 1e-9 x (1 + its
+    largest corner coordinate + ``span``, the longest periodic box edge), far above the
+    rounding of the canonical overlap test (:func:`_filter_pairs`), which adds at most a
+    periodic shift to coordinates of that size. Per body: until 2026-11-29 one hair for all,
+    from the largest centre coordinate, so a single body far out (1e6 m in unbounded space)
+    grew every box by a millimetre and made every pair of millimetre grains a candidate."""
+    for i in range(n):
+        m = 0.0
+        for d in range(3):
+            m = max(m, abs(lo[i, d]), abs(hi[i, d]))
+        e = 1e-9 * (1.0 + m + span)
+        for d in range(3):
+            blo[i, d] = lo[i, d] - e
+            bhi[i, d] = hi[i, d] + e
+
+
+@njit(cache=True)
 def _filter_pairs(sa, sb, uid, flags, image, shape, lo, hi, box, position, params, margin,
                   keep_a, keep_b):
     """Orient (A = lower uid) and keep candidate pairs whose AABBs overlap in the canonical
@@ -228,9 +246,9 @@ class NeighbourList:
         finite = st.shape[:n] != PLANE
         # the grid sees each copy at its (periodically shifted) place, a hair larger than the
         # canonical test below so that it never misses a pair that test would keep
-        eps = 1e-9 * (1.0 + float(np.max(np.abs(st.position[:n]))) if n else 1.0)
-        blo = lo - eps
-        bhi = hi + eps
+        blo = np.empty((n, 3))
+        bhi = np.empty((n, 3))
+        _grid_boxes(lo, hi, n, float(np.abs(box).max(initial=0.0)), blo, bhi)
         shifted = np.flatnonzero(st.image[:n] != NO_SHIFT)
         if shifted.size:
             c = st.image[shifted].astype(np.int64)

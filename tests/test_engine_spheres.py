@@ -523,3 +523,28 @@ def test_a_collective_add_with_different_bodies_per_rank_is_refused(comm):
     assert sim.count_bodies() == 0 and sim.next_uid == 0
     sim.add_spheres(np.random.default_rng(7).uniform(0.1, 0.9, (40, 3)), 0.01, m)
     assert sim.count_bodies() == 40
+
+
+def test_a_body_far_away_does_not_grow_the_others_candidate_lists():
+    """The hash grid's rounding hair is per body: one sphere 1e7 m out in unbounded space
+    leaves the broad phase's pairs of a cluster of millimetre grains as they are (with one hair
+    for all, from the largest coordinate, every box grew by 1 cm and every pair of the cluster
+    was found, to be filtered out again)."""
+    def cluster(far: bool):
+        sim = parsim.Simulation(dt=1e-6, skin=2e-4)
+        m = sim.add_material("m", density=2500.0, restitution=0.5, collision_time=1e-4)
+        g = np.stack(np.meshgrid(*[np.arange(7)] * 3, indexing="ij"), -1).reshape(-1, 3)
+        pos = g * 2.1e-3 + np.random.default_rng(3).uniform(-5e-5, 5e-5, (len(g), 3))
+        sim.add_spheres(pos, np.full(len(pos), 1e-3), m)
+        if far:
+            sim.add_sphere((1e7, 0.0, 0.0), 1e-3, m, velocity=(1e3, 0.0, 0.0))
+        sim.run(5)
+        return sim
+    near, far = cluster(False), cluster(True)
+    found = [len(sim.nl.bp.pairs()) for sim in (near, far)]   # the grid's pairs, unfiltered
+    # each grain's 26 lattice neighbours at most (13 pairs per grain), not all 343 * 342 / 2
+    assert found[0] == found[1] and found[0] <= 13 * 343, found
+    assert far.nl.n_pairs == near.nl.n_pairs
+    s, t = near.state(), far.state()
+    for k in ("position", "velocity", "angular_velocity"):
+        assert np.array_equal(s[k], t[k][:-1]), k
