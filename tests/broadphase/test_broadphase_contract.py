@@ -229,6 +229,42 @@ def test_id_reuse_rounds(cfg):
 
 
 @CFG
+def test_emptied_and_refilled_rounds(cfg):
+    # every body removed, then a new set added, several times (the hash grid's containers
+    # then come from blocks freed in random order); on the way a third removed, then all but
+    # one, and bodies added around that one
+    rng = np.random.default_rng(17)
+    bp, model = make(cfg), orc.Model()
+    for rnd in range(4):
+        n = int(rng.integers(50, 400))
+        ids = rng.choice(10**6, n, replace=False).astype(np.int64)
+        lo = rng.uniform(-6, 6, (n, 3))
+        hi = lo + rng.uniform(0.1, 2.5, (n, 3))
+        fill(bp, model, ids, lo, hi)
+        orc.assert_matches(bp, model, rng, 3, label=f"round {rnd} filled: ")
+        part = ids[: n // 3]
+        bp.remove(part)
+        model.remove(part)
+        orc.assert_matches(bp, model, label=f"round {rnd} a third removed: ")
+        rest = ids[n // 3: -1]
+        bp.remove(rest[::-1])
+        model.remove(rest[::-1])
+        assert len(bp) == 1
+        orc.assert_matches(bp, model, label=f"round {rnd} one body left: ")
+        # bodies next to the one left, then all of them gone
+        k = 40
+        near = (10**6 + 100 * rnd + np.arange(k)).astype(np.int64)
+        lo2 = lo[-1] + rng.uniform(-1.0, 1.0, (k, 3))
+        fill(bp, model, near, lo2, lo2 + rng.uniform(0.1, 2.5, (k, 3)))
+        orc.assert_matches(bp, model, rng, 3, label=f"round {rnd} refilled around it: ")
+        last = np.concatenate([near, ids[-1:]])
+        bp.remove(last)
+        model.remove(last)
+        assert len(bp) == 0
+        orc.assert_matches(bp, model, label=f"round {rnd} emptied: ")
+
+
+@CFG
 def test_huge_and_sparse_ids(cfg):
     rng = np.random.default_rng(8)
     ids = np.array([0, 1, 2**31 - 1, 2**31, 2**32 + 1, 2**53 + 1, 2**62, 2**63 - 2, 2**63 - 1]
