@@ -308,9 +308,10 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
 
     def emit(a, b, msk):
         """Write the pairs of body ``a`` with the entries b + k of the set bits k of ``msk``.
-        (``run_windows`` and ``scan_all`` write this loop out with their counts in registers:
-        with one helper for all three, returning the counts, the reference scenario's
-        detection took 1-2 % longer, 2026-11-29, alternated five times.)"""
+        (``run_windows`` and ``scan_all`` write this loop out, their counts in registers. A
+        shared helper returning the counts measured 1.01-1.02x the time on the reference
+        scenario, 2026-11-29; so did the variant with only ``scan_all`` using it, which
+        suggests code layout rather than the helper, but no gain was in sight either.)"""
         n = st[0]
         over = st[1]
         ia = cid[a]
