@@ -42,7 +42,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .hashgrid_kernels import ID_BITS, SCAN_COARSE_MAX, _coord
 from .prefetch import prefetch
-from .simd import LANES, count_below8, overlap_mask4, overlap_mask8
+from .simd import LANES, count_below8, overlap_mask4, overlap_mask8, overlap_x8
 
 #: the four rows of three x cells among the 13 half neighbours of a cell, as (dy, dz)
 ROW_DY = np.array([1, -1, 0, 1], dtype=np.int64)
@@ -301,10 +301,14 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
 
     def test8(a, b, left):
         """The overlap mask of body ``a`` with the ``left`` (may be <= 0) entries from b on,
-        eight at most."""
+        eight at most: x alone first (a run tested whole is mostly bodies of other x cells),
+        the full test only if some lane passes."""
+        keep = (np.int64(1) << min(max(left, 0), LANES)) - 1
+        if overlap_x8(LX, HX, b, LX[a], HX[a]) & keep == 0:
+            return np.int64(0)
         msk = overlap_mask8(LX, LY, LZ, HX, HY, HZ, b, LX[a], LY[a], LZ[a], HX[a], HY[a],
                             HZ[a])
-        return msk & ((np.int64(1) << min(max(left, 0), LANES)) - 1)
+        return msk & keep
 
     def emit(a, b, msk):
         """Write the pairs of body ``a`` with the entries b + k of the set bits k of ``msk``.

@@ -1,12 +1,13 @@
 """The 8- and 4-wide AABB overlap tests: bit k says whether box ``index + k`` overlaps the query
-box; and the 8-wide count of the x indices of a short run below a bound."""
+box; the 8-wide test along x alone; and the 8-wide count of the x indices of a short run below a
+bound."""
 
 import numpy as np
 import pytest
 from numba import njit
 from numba.core.errors import TypingError
 
-from parsim.broadphase.simd import LANES, count_below8, overlap_mask4, overlap_mask8
+from parsim.broadphase.simd import LANES, count_below8, overlap_mask4, overlap_mask8, overlap_x8
 
 
 @njit(cache=True)
@@ -50,6 +51,36 @@ def test_masks_equal_the_scalar_test_closed_boxes_and_nan(lanes):
     assert (_masks(lo, hi, q_lo, q_hi, np.array([n - LANES]), lanes) == 0).all()
     assert (_masks(lo, hi, np.full(3, -1e300), np.full(3, 1e300), np.array([0]), lanes)[0]
             == _expected(lo, hi, np.full(3, -1e300), np.full(3, 1e300), 0, lanes))
+
+
+@njit(cache=True)
+def _x_masks(lo, hi, q_lo, q_hi, starts):
+    out = np.empty(starts.shape[0], dtype=np.int64)
+    for i in range(starts.shape[0]):
+        out[i] = overlap_x8(lo[0], hi[0], starts[i], q_lo[0], q_hi[0])
+    return out
+
+
+def test_x_mask_equals_the_scalar_test_along_x():
+    # the same boxes as above; only x is compared (y and z may be anything, NaN included)
+    rng = np.random.default_rng(5)
+    n = 4000
+    lo = rng.integers(-8, 8, (3, n)).astype(np.float64)
+    hi = lo + rng.integers(0, 4, (3, n))
+    lo[0, rng.integers(0, n, 40)] = np.nan
+    hi[1, rng.integers(0, n, 40)] = np.nan
+    lo[:, -LANES:] = np.inf
+    hi[:, -LANES:] = -np.inf
+    starts = rng.integers(0, n - LANES + 1, 3000)
+    for _ in range(20):
+        q_lo = rng.integers(-8, 8, 3).astype(np.float64)
+        q_hi = q_lo + rng.integers(0, 6, 3)
+        got = _x_masks(lo, hi, q_lo, q_hi, starts)
+        exp = [_expected(lo[:1], hi[:1], q_lo[:1], q_hi[:1], s) for s in starts]
+        assert got.tolist() == exp
+        # x alone never drops a lane the full test keeps
+        full = _masks(lo, hi, q_lo, q_hi, starts)
+        assert ((full & ~got) == 0).all()
 
 
 def test_strided_arrays_are_refused():
