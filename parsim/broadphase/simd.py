@@ -38,40 +38,46 @@ def _splat(builder, vt, x):
     return builder.shuffle_vector(v, ir.Constant(vt, ir.Undefined), zeros)
 
 
+def _c_arrays(arrays) -> bool:
+    """Whether every one is a C-contiguous 1-d float64 array (the lanes are neighbours)."""
+    return all(isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float64
+               and a.layout == "C" for a in arrays)
+
+
 def _overlap_codegen(lanes):
     """The typing and code of an overlap test of ``lanes`` boxes (see :func:`overlap_mask8`)."""
 
     def typer(typingctx, lx, ly, lz, hx, hy, hz, index, l0, l1, l2, h0, h1, h2):
         arrays = (lx, ly, lz, hx, hy, hz)
-        for a in arrays:  # contiguous: the lanes are neighbouring elements
-            if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float64
-                    and a.layout == "C"):
-                return None
-        if not isinstance(index, types.Integer):
+        if not _c_arrays(arrays) or not isinstance(index, types.Integer):
             return None
         sig = types.int64(*arrays, types.intp, *([types.float64] * 6))
-        return sig, _codegen(lanes)
+        return sig, _codegen(lanes, 3)
 
     typer.__name__ = typer.__qualname__ = f"overlap_mask{lanes}"
     return typer
 
 
-def _codegen(LANES):
+def _codegen(LANES, axes):
+    """Code of the test along the first ``axes`` axes: arguments ``axes`` arrays of lower
+    corners, ``axes`` of upper corners, the index, ``axes`` lower and ``axes`` upper bounds."""
+
     def codegen(context, builder, signature, args):
         vt = ir.VectorType(ir.DoubleType(), LANES)
         vecs = []
-        for k in range(6):
+        for k in range(2 * axes):
             aryty = signature.args[k]
             ary = context.make_array(aryty)(context, builder, args[k])
-            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[6]],
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[2 * axes]],
                                            wraparound=False)
             vecs.append(builder.load(builder.bitcast(ptr, vt.as_pointer()), align=8))
 
         mask = None
-        for k in range(3):
-            lo_b, hi_b = vecs[k], vecs[3 + k]
-            c = builder.and_(builder.fcmp_ordered("<=", _splat(builder, vt, args[7 + k]), hi_b),
-                             builder.fcmp_ordered("<=", lo_b, _splat(builder, vt, args[10 + k])))
+        for k in range(axes):
+            lo_b, hi_b = vecs[k], vecs[axes + k]
+            lo_q, hi_q = args[2 * axes + 1 + k], args[3 * axes + 1 + k]
+            c = builder.and_(builder.fcmp_ordered("<=", _splat(builder, vt, lo_q), hi_b),
+                             builder.fcmp_ordered("<=", lo_b, _splat(builder, vt, hi_q)))
             mask = c if mask is None else builder.and_(mask, c)
         return builder.zext(builder.bitcast(mask, ir.IntType(LANES)), ir.IntType(64))
 
@@ -121,27 +127,9 @@ overlap_mask4 = intrinsic(_overlap_codegen(4))
 
 
 def _overlap_x_typer(typingctx, lx, hx, index, l0, h0):
-    for a in (lx, hx):
-        if not (isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float64
-                and a.layout == "C"):
-            return None
-    if not isinstance(index, types.Integer):
+    if not _c_arrays((lx, hx)) or not isinstance(index, types.Integer):
         return None
-
-    def codegen(context, builder, signature, args):
-        vt = ir.VectorType(ir.DoubleType(), LANES)
-        vecs = []
-        for k in range(2):
-            aryty = signature.args[k]
-            ary = context.make_array(aryty)(context, builder, args[k])
-            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[2]],
-                                           wraparound=False)
-            vecs.append(builder.load(builder.bitcast(ptr, vt.as_pointer()), align=8))
-        mask = builder.and_(builder.fcmp_ordered("<=", _splat(builder, vt, args[3]), vecs[1]),
-                            builder.fcmp_ordered("<=", vecs[0], _splat(builder, vt, args[4])))
-        return builder.zext(builder.bitcast(mask, ir.IntType(LANES)), ir.IntType(64))
-
-    return types.int64(lx, hx, types.intp, types.float64, types.float64), codegen
+    return types.int64(lx, hx, types.intp, types.float64, types.float64), _codegen(LANES, 1)
 
 
 #: ``overlap_x8(lx, hx, index, l0, h0)``: bit k set iff ``[lx, hx]`` of box ``index + k``
