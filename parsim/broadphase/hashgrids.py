@@ -136,9 +136,9 @@ class HierarchicalHashGrid(BroadPhase):
     def _new_scratch(n: int) -> tuple:
         """``find_pairs_rows``' scratch for ``n`` bodies: two key arrays of the sorts, the compact
         AABBs (six coordinate arrays, padded with ``BOX_PAD`` boxes: a run's vector tests read up
-        to ``BOX_PAD - 1`` entries past its start), the ids and the cells' x index in compact order (84 bytes
-        per body with the x tables below; eight entries more, read past the end of a run by
-        the counts and by the coarse scan's branch-free pair writes)."""
+        to ``BOX_PAD - 1`` entries past its start), the ids and the cells' x index in compact
+        order (84 bytes per body with the x tables below; eight entries more, read past the end
+        of a run by the counts and by the coarse scan's branch-free pair writes)."""
         return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty((6, n + BOX_PAD)),
                 np.empty(n + 8, np.int64), np.empty(n + 8, np.int32))
 
