@@ -48,7 +48,8 @@ ID_BITS = 27  # containers (<= bodies) must stay below 2**ID_BITS (checked by th
 GridTable = namedtuple("GridTable", "cell inv bits base count order rank clo chi n")
 Containers = namedtuple("Containers", "row n")
 # the columns of a container's row (int32, 8 per row: one row is half a cache line, so an edit
-# touches one line of container data instead of one per field)
+# touches one line of container data instead of one per field; the table is aligned to a line,
+# see new_containers)
 C_CELL, C_GRID, C_SIZE, C_HEAD, C_TAIL, C_STAMP = 0, 1, 2, 3, 4, 5
 C_COLS = 8
 BlockPool = namedtuple("BlockPool", "entries next prev meta")  # meta: [high-water, free head]
@@ -71,10 +72,25 @@ def new_grid_table() -> GridTable:
     )
 
 
+def aligned_empty(shape: tuple, dtype, align: int = 64) -> np.ndarray:
+    """``np.empty(shape, dtype)`` whose data starts on an ``align``-byte boundary (numpy only
+    promises 16 bytes)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = np.empty(nbytes + align, np.uint8)
+    start = -buf.ctypes.data % align
+    return buf[start: start + nbytes].view(dtype).reshape(shape)
+
+
 def new_containers(cap: int) -> Containers:
     # rows are written when a container is created (rows >= n are never read): np.empty, so
-    # that capacity not used yet costs no page faults
-    return Containers(np.empty((cap, C_COLS), np.int32), np.zeros(1, np.int64))
+    # that capacity not used yet costs no page faults. Aligned to a cache line, so that no
+    # 32-byte row straddles two lines: with numpy's 16-byte alignment, which left half of the
+    # rows split (their tail and the rest in the next line, which the row prefetch of
+    # edit_cells does not fetch) or none, depending on where malloc put the array, a reused
+    # structure of 1e6 bodies took 98 ns per body to add and remove, aligned 88 (removals
+    # 52 -> 43; 1e4 bodies unchanged, 45; 2026-11-29)
+    return Containers(aligned_empty((cap, C_COLS), np.int32), np.zeros(1, np.int64))
 
 
 def new_pool(cap_blocks: int) -> BlockPool:

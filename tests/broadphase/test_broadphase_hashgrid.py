@@ -751,3 +751,30 @@ def test_update_scan_gives_the_cells_of_an_insert(scale, coarse):
     for g in np.unique(grid):
         mine = centres[grid == g]
         assert (G.clo[g] <= mine.min(axis=0)).all() and (G.chi[g] >= mine.max(axis=0)).all()
+
+
+@pytest.mark.parametrize("shape, dtype", [((5, 8), np.int32), ((1, 8), np.int32), ((2, 1), np.int8),
+                                          ((7,), np.float64), ((3, 3), np.int64)])
+def test_aligned_empty_starts_on_a_cache_line(shape, dtype):
+    from parsim.broadphase import hashgrid_kernels as K
+
+    arrays = [K.aligned_empty(shape, dtype) for _ in range(16)]
+    for a in arrays:
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        assert a.ctypes.data % 64 == 0
+    for k, a in enumerate(arrays):  # distinct memory: no two share a byte
+        a[...] = k
+    assert all((a == k).all() for k, a in enumerate(arrays))
+
+
+def test_container_rows_stay_cache_line_aligned_as_the_grid_grows():
+    """A 32-byte container row that straddles two cache lines costs an edit a second miss;
+    the rows are aligned when created and when the store grows."""
+    bp = hhg()
+    rng = np.random.default_rng(7)
+    n = 0
+    for batch in (40, 200, 3000):
+        lo, hi = cubes(rng, batch, 1.0, 60.0)
+        bp.add(np.arange(n, n + batch), lo, hi)
+        n += batch
+        assert bp._C.row.ctypes.data % 64 == 0 and bp._C.row.shape[1] * 4 == 32
