@@ -149,7 +149,10 @@ def map_claim(keys, vals, ids, first):
     return -1, False
 
 
-@njit(cache=True)
+# map_set and map_delete are inlined into their callers (numba IR): as calls, each cost about
+# 6 ns per key, 12 times the store it does in direct mode (a swap-remove of every body of a
+# store: 7.6 -> 1.9 ns per body at 1e4 bodies, 10.0 -> 2.3 at 1e6; 2026-11-29)
+@njit(cache=True, inline="always")
 def map_set(keys, vals, key, slot):
     """Overwrite the slot of a present key (used when swap-remove moves a body)."""
     if keys.shape[0] == 0:
@@ -162,7 +165,7 @@ def map_set(keys, vals, key, slot):
     vals[b] = slot
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def map_delete(keys, vals, key):
     """Delete a present key with backward-shift deletion (keeps probe chains tombstone-free)."""
     if keys.shape[0] == 0:
