@@ -407,6 +407,9 @@ class HierarchicalHashGrid(BroadPhase):
         changers = np.flatnonzero(new_cell < 0) if n_changers else _NO_SLOTS
         if changers.size:
             grids = self._assign(lo, hi, changers, self._b_grid[slots[changers]])
+        if every:  # (memcpy: faster than a kernel's loop, see note_moves)
+            np.copyto(b.lo[: b.n], lo)
+            np.copyto(b.hi[: b.n], hi)
         self._n_dirty = K.note_moves(slots, every, new_cell, lo, hi, b.lo, b.hi, self._b_cell,
                                      self._b_home, self._listed, self._dirty, self._n_dirty)
         if changers.size:
