@@ -75,7 +75,8 @@ spacing = 0.2
 
 def compile_kernels() -> None:
     """Run tiny serial scenes that reach every kernel of a run: the halo kernels; the spheres
-    of the scene below, several steps per call (the joint half-steps), rebuilding mid-run;
+    of the scene below, several steps per call (the joint half-steps), rebuilding mid-run, and
+    the listing of their pairs in play that large ranks take;
     then the whole scene, step by step, with every shape, two materials, periodic images,
     walls and a pour (the narrow phase of boxes and capsules comes last, so that a helper's
     :func:`compile_helper_part` may have saved it by then); the springs a checkpoint or a
@@ -89,7 +90,9 @@ def compile_kernels() -> None:
         warnings.simplefilter("ignore")
         halo.warm_up()
         spheres = dict(scene, bodies=scene["bodies"][:1])
-        build(spheres, "<warm-up>", comm=None).sim.run(30)
+        sim = build(spheres, "<warm-up>", comm=None).sim
+        sim.run(30)
+        _far_listing(sim)
         sim = _run_scene(scene)
         sim.nl.export_touching()           # a checkpoint's springs (and a migration's)
         _pressed_box()
@@ -126,6 +129,21 @@ def _run_scene(scene):
     sim.kinetic_energy()
     sim.count_contacts()
     return sim
+
+
+def _far_listing(sim) -> None:
+    """The listing of the pairs in play that ranks of :data:`parsim.contacts.FAR_ROWS` bodies
+    or more take (it asks for rows ahead), which the small scenes never reach: called on the
+    arrays of ``sim``, a scene of spheres that has run, as ``Simulation._forces`` calls it."""
+    import numpy as np
+
+    from .contacts import _in_play_far
+
+    st, nl = sim.st, sim.nl
+    n = nl.simple_idx.size
+    _in_play_far(n, n == nl.n_pairs, nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params,
+                 st.position, st.image, sim.box, nl.live, nl.touching, nl.gap, 0.0,
+                 np.empty(n, dtype=np.int64))
 
 
 def _bulk_removal() -> None:

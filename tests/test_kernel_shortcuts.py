@@ -415,8 +415,9 @@ def test_skipping_pairs_by_their_gap_changes_no_bit(build, order):
 def test_pairs_skipped_by_their_gap_are_not_in_play():
     """At every step of a fast sparse gas, the listing with the gap bound (twice the largest
     displacement since the reference poses, plus the rounding hair) equals the listing without
-    it, while it does skip pairs."""
-    from parsim.contacts import sphere_pairs_in_play
+    it, while it does skip pairs; and the build that asks for rows ahead (large ranks) lists
+    the same pairs as the other."""
+    from parsim.contacts import _in_play_far, _in_play_near
 
     sim = _sparse_gas(seed=9)
     sim._prefilter = True
@@ -430,17 +431,42 @@ def test_pairs_skipped_by_their_gap_are_not_in_play():
         n = nl.simple_idx.size
         got = []
         for bound in (lim, np.inf):
-            sel = np.empty(n, np.int64)
-            m = sphere_pairs_in_play(n, n == nl.n_pairs, nl.simple_idx, nl.pa, nl.pb, nl.hist,
-                                     st.shape, st.params, st.position, st.image, s.box,
-                                     nl.live, nl.touching, nl.gap, bound, sel)
-            got.append(sel[:m].copy())
-        assert np.array_equal(got[0], got[1]), s.step_count
+            for build in (_in_play_near, _in_play_far):
+                sel = np.empty(n, np.int64)
+                m = build(n, n == nl.n_pairs, nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape,
+                          st.params, st.position, st.image, s.box, nl.live, nl.touching,
+                          nl.gap, bound, sel)
+                got.append(sel[:m].copy())
+        assert all(np.array_equal(got[0], g) for g in got[1:]), s.step_count
         skipped.append(np.count_nonzero(nl.gap[nl.simple_idx] > lim))
 
     sim.run(600, callback=check, every=1)
     assert sim.nl.builds >= 3
     assert min(skipped) >= 0 and sum(skipped) > 0
+
+
+def test_a_large_rank_lists_the_pairs_in_play_with_the_same_bits(monkeypatch):
+    """The engine takes the listing that asks for rows ahead from FAR_ROWS stored bodies; with
+    the threshold lowered so that this gas takes it, the run gives the bits of the other."""
+    import parsim.contacts as C
+
+    calls = {"far": 0}
+    far = C._in_play_far
+
+    def counted(*a):
+        calls["far"] += 1
+        return far(*a)
+    out = []
+    for rows in (C.FAR_ROWS, 1):
+        monkeypatch.setattr(C, "FAR_ROWS", rows)
+        monkeypatch.setattr(C, "_in_play_far", counted)
+        sim = _sparse_gas(seed=4)
+        sim._prefilter = True
+        sim.run(300)
+        out.append((sim.state(), calls["far"]))
+    assert out[0][1] == 0 and out[1][1] >= 290
+    for k in ("uid", "position", "velocity", "orientation", "angular_velocity"):
+        assert np.array_equal(out[0][0][k], out[1][0][k]), k
 
 
 def _periodic_gas(seed=5):

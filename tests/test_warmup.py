@@ -68,6 +68,10 @@ def test_the_helpers_kernels_are_the_ones_the_warm_up_needs():
     # the springs of a checkpoint or migration, and bodies deleted by outflow (the same)
     assert after.get("parsim.neighbours._any_touching")
     assert after.get("parsim.broadphase.idmap.for_each_delete")
+    # the listing of the pairs in play of large ranks (parsim.contacts.FAR_ROWS bodies), with
+    # the signature of the small ones' (the engine's arguments)
+    assert after.get("parsim.contacts._sphere_pairs_in_play_far") == \
+        after.get("parsim.contacts._sphere_pairs_in_play_near")
     # and the helper leaves the hash grid's detection to rank 0 (no work done twice)
     assert "parsim.broadphase.hashgrid_detect.find_pairs_rows" not in helper
     assert after.get("parsim.broadphase.hashgrid_detect.find_pairs_rows")
