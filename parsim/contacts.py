@@ -234,12 +234,51 @@ def _sphere_pair_forces(sel, n_sel, every, pa, pb, hist, shape, params, flags, m
     Rows of pairs that open are zeroed either way, so the rows of a list hold zeros or the
     current forces (``pout`` is new and zero at every rebuild, and ``summed`` and ``rows``
     stay fixed while a list lives).
+
+    The build :data:`_pair_forces_far` (``_FAR``) asks for the rows of pairs ahead, as
+    :func:`sphere_pairs_in_play` does: for the pairs in play of a large rank, scattered over
+    the list (125,000-sphere gas, 1,823 pairs: 0.50 -> 0.31 ms with the caches flushed).
     """
     pf, pta, ptb = pair_rows(pout)
     # one flat loop body: a helper call with this many array arguments was 3x slower (S2b bed)
     zero = (0.0, 0.0, 0.0)
     count = 0
+    xs, vs, ws, rs = (position.reshape(-1), velocity.reshape(-1), angular_velocity.reshape(-1),
+                      params.reshape(-1))
+    po, sh = pout.reshape(-1), shear.reshape(-1)
     for q in prange(n_sel):
+        if _FAR:
+            # the rows of the pair AHEAD places on; its bodies' and spring's indices were asked
+            # for 2 AHEAD places on (see sphere_pairs_in_play)
+            qa = np.int64(q) + AHEAD
+            if qa + AHEAD < n_sel:
+                g = qa + AHEAD if every else np.int64(sel[qa + AHEAD])
+                prefetch(pa, g)
+                prefetch(pb, g)
+                prefetch(hist, g)
+                prefetch(live, g)
+            if qa < n_sel:
+                f = qa if every else np.int64(sel[qa])
+                fa, fb = pa[f], pb[f]
+                fh = f if every else np.int64(hist[f])
+                prefetch(xs, 3 * fa)
+                prefetch(xs, 3 * fb)
+                prefetch(vs, 3 * fa)
+                prefetch(vs, 3 * fb)
+                prefetch(ws, 3 * fa)
+                prefetch(ws, 3 * fb)
+                prefetch(rs, 3 * fa)
+                prefetch(rs, 3 * fb)
+                prefetch(mass, fa)
+                prefetch(mass, fb)
+                prefetch(material, fa)
+                prefetch(material, fb)
+                prefetch(flags, fa)
+                prefetch(flags, fb)
+                prefetch(sh, 3 * fh)
+                prefetch(touching, fh)
+                prefetch(po, 9 * f)
+                prefetch(po, 9 * f + 8)
         # int64 on both branches (a parfor index is unsigned: mixed, numba unifies to float)
         if every:
             p = np.int64(q)
@@ -596,4 +635,7 @@ _in_play_far = variant(_sphere_pairs_in_play, "_far", _FAR=True)
 
 
 sphere_pair_forces = dual(_sphere_pair_forces)
+#: the serial build that asks for the rows of the pair :data:`AHEAD` places on (the pairs in
+#: play of ranks of :data:`FAR_ROWS` bodies or more; ``Simulation._forces`` picks it)
+_pair_forces_far = variant(_sphere_pair_forces, "_far", _FAR=True)
 accumulate = dual(_accumulate)

@@ -132,18 +132,24 @@ def _run_scene(scene):
 
 
 def _far_listing(sim) -> None:
-    """The listing of the pairs in play that ranks of :data:`parsim.contacts.FAR_ROWS` bodies
-    or more take (it asks for rows ahead), which the small scenes never reach: called on the
-    arrays of ``sim``, a scene of spheres that has run, as ``Simulation._forces`` calls it."""
+    """The kernels that ranks of :data:`parsim.contacts.FAR_ROWS` bodies or more take (they ask
+    for rows ahead), which the small scenes never reach: the listing of the pairs in play and
+    the force kernel on them, called on the arrays of ``sim``, a scene of spheres that has run,
+    as ``Simulation._forces`` calls them (without changing a spring: ``update`` False)."""
     import numpy as np
 
-    from .contacts import _in_play_far
+    from .contacts import _in_play_far, _pair_forces_far
 
     st, nl = sim.st, sim.nl
     n = nl.simple_idx.size
-    _in_play_far(n, n == nl.n_pairs, nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params,
-                 st.position, st.image, sim.box, nl.live, nl.touching, nl.gap, 0.0,
-                 np.empty(n, dtype=np.int64))
+    sel = np.empty(n, dtype=np.int64)
+    m = _in_play_far(n, n == nl.n_pairs, nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape,
+                     st.params, st.position, st.image, sim.box, nl.live, nl.touching, nl.gap,
+                     0.0, sel)
+    _pair_forces_far(sel, m, False, nl.pa, nl.pb, nl.hist, st.shape, st.params, st.flags,
+                     st.material, st.mass, st.position, st.velocity, st.angular_velocity,
+                     st.image, sim.table, sim.box, sim.dt, nl.shear, nl.touching, nl.pout,
+                     nl.live, False, False, st.n_owned, st.force, st.torque, True)
 
 
 def _bulk_removal() -> None:

@@ -446,25 +446,31 @@ def test_pairs_skipped_by_their_gap_are_not_in_play():
 
 
 def test_a_large_rank_lists_the_pairs_in_play_with_the_same_bits(monkeypatch):
-    """The engine takes the listing that asks for rows ahead from FAR_ROWS stored bodies; with
-    the threshold lowered so that this gas takes it, the run gives the bits of the other."""
+    """The engine takes the listing and force kernel that ask for rows ahead from FAR_ROWS
+    stored bodies; with the threshold lowered so that this gas takes them, the run gives the
+    bits of the others."""
     import parsim.contacts as C
 
-    calls = {"far": 0}
-    far = C._in_play_far
+    calls = {"_in_play_far": 0, "_pair_forces_far": 0}
 
-    def counted(*a):
-        calls["far"] += 1
-        return far(*a)
+    def counted(name):
+        kernel = getattr(C, name)
+
+        def f(*a):
+            calls[name] += 1
+            return kernel(*a)
+        return f
+    for name in list(calls):
+        monkeypatch.setattr(C, name, counted(name))
     out = []
     for rows in (C.FAR_ROWS, 1):
         monkeypatch.setattr(C, "FAR_ROWS", rows)
-        monkeypatch.setattr(C, "_in_play_far", counted)
         sim = _sparse_gas(seed=4)
         sim._prefilter = True
         sim.run(300)
-        out.append((sim.state(), calls["far"]))
-    assert out[0][1] == 0 and out[1][1] >= 290
+        out.append((sim.state(), dict(calls)))
+    assert set(out[0][1].values()) == {0}
+    assert min(out[1][1].values()) >= 290
     for k in ("uid", "position", "velocity", "orientation", "angular_velocity"):
         assert np.array_equal(out[0][0][k], out[1][0][k]), k
 

@@ -72,6 +72,8 @@ def test_the_helpers_kernels_are_the_ones_the_warm_up_needs():
     # the signature of the small ones' (the engine's arguments)
     assert after.get("parsim.contacts._sphere_pairs_in_play_far") == \
         after.get("parsim.contacts._sphere_pairs_in_play_near")
+    assert after.get("parsim.contacts._sphere_pair_forces_far") == \
+        after.get("parsim.contacts._sphere_pair_forces_serial")
     # and the helper leaves the hash grid's detection to rank 0 (no work done twice)
     assert "parsim.broadphase.hashgrid_detect.find_pairs_rows" not in helper
     assert after.get("parsim.broadphase.hashgrid_detect.find_pairs_rows")
