@@ -1000,10 +1000,13 @@ class Simulation:
             nl.n_listed[0] = -1      # no rows kept (see accumulate)
         else:
             dense = 8 * self.n_contacts >= nl.n_pairs
-            pick(accumulate, no)(no, nl.ptr, nl.entry, nl.live, dense, nl.touched, nl.pout,
-                                 st.flags, st.mass, self.gravity, st.force,
-                                 st.torque, self._keep_rows and not self._has_global,
-                                 nl.kept_gravity, nl.pa, nl.pb, nl.listed, nl.n_listed)
+            if not dense and st.n >= contacts.FAR_ROWS and not threaded(no):
+                kernel = contacts._accumulate_far   # asks for the rows of bodies ahead
+            else:
+                kernel = pick(accumulate, no)
+            kernel(no, nl.ptr, nl.entry, nl.live, dense, nl.touched, nl.pout, st.flags, st.mass,
+                   self.gravity, st.force, st.torque, self._keep_rows and not self._has_global,
+                   nl.kept_gravity, nl.pa, nl.pb, nl.listed, nl.n_listed)
         if self._has_global:
             global_bodies.assemble(st, nl, self.net, self.gravity)
 

@@ -133,12 +133,13 @@ def _run_scene(scene):
 
 def _far_listing(sim) -> None:
     """The kernels that ranks of :data:`parsim.contacts.FAR_ROWS` bodies or more take (they ask
-    for rows ahead), which the small scenes never reach: the listing of the pairs in play and
-    the force kernel on them, called on the arrays of ``sim``, a scene of spheres that has run,
-    as ``Simulation._forces`` calls them (without changing a spring: ``update`` False)."""
+    for rows ahead), which the small scenes never reach: the listing of the pairs in play, the
+    force kernel on them and the sums, called on the arrays of ``sim``, a scene of spheres that
+    has run, as ``Simulation._forces`` calls them (without changing a spring: ``update``
+    False; the forces it leaves are the sums of its rows)."""
     import numpy as np
 
-    from .contacts import _in_play_far, _pair_forces_far
+    from .contacts import _accumulate_far, _in_play_far, _pair_forces_far
 
     st, nl = sim.st, sim.nl
     n = nl.simple_idx.size
@@ -150,6 +151,10 @@ def _far_listing(sim) -> None:
                      st.material, st.mass, st.position, st.velocity, st.angular_velocity,
                      st.image, sim.table, sim.box, sim.dt, nl.shear, nl.touching, nl.pout,
                      nl.live, False, False, st.n_owned, st.force, st.torque, True)
+    no = st.n_owned
+    _accumulate_far(no, nl.ptr, nl.entry, nl.live, False, nl.touched, nl.pout, st.flags,
+                    st.mass, sim.gravity, st.force, st.torque, sim._keep_rows, nl.kept_gravity,
+                    nl.pa, nl.pb, nl.listed, nl.n_listed)
 
 
 def _bulk_removal() -> None:

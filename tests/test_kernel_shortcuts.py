@@ -446,12 +446,12 @@ def test_pairs_skipped_by_their_gap_are_not_in_play():
 
 
 def test_a_large_rank_lists_the_pairs_in_play_with_the_same_bits(monkeypatch):
-    """The engine takes the listing and force kernel that ask for rows ahead from FAR_ROWS
+    """The engine takes the listing, force kernel and sums that ask for rows ahead from FAR_ROWS
     stored bodies; with the threshold lowered so that this gas takes them, the run gives the
     bits of the others."""
     import parsim.contacts as C
 
-    calls = {"_in_play_far": 0, "_pair_forces_far": 0}
+    calls = {"_in_play_far": 0, "_pair_forces_far": 0, "_accumulate_far": 0}
 
     def counted(name):
         kernel = getattr(C, name)

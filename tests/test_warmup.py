@@ -74,6 +74,8 @@ def test_the_helpers_kernels_are_the_ones_the_warm_up_needs():
         after.get("parsim.contacts._sphere_pairs_in_play_near")
     assert after.get("parsim.contacts._sphere_pair_forces_far") == \
         after.get("parsim.contacts._sphere_pair_forces_serial")
+    assert after.get("parsim.contacts._accumulate_far") == \
+        after.get("parsim.contacts._accumulate_serial")
     # and the helper leaves the hash grid's detection to rank 0 (no work done twice)
     assert "parsim.broadphase.hashgrid_detect.find_pairs_rows" not in helper
     assert after.get("parsim.broadphase.hashgrid_detect.find_pairs_rows")
