@@ -29,7 +29,8 @@ from numba import njit
 
 from .bodies import FIXED, GLOBAL, NO_SHIFT, REPLICATED, SHADOW
 from .broadphase import HierarchicalHashGrid
-from .contacts import MAX_POINTS, pair_rows, relative_shift
+from .broadphase.prefetch import prefetch
+from .contacts import AHEAD, MAX_POINTS, pair_rows, relative_shift
 from .orders import key_ranks, rank_order
 from .shapes import PLANE, SPHERE, compute_aabbs
 
@@ -62,9 +63,29 @@ def _filter_pairs(sa, sb, uid, flags, image, shape, lo, hi, box, position, param
     their centres are within ``ra + rb + 2 margin``. Each body moves less than ``margin``
     before the next rebuild, so a pair this drops cannot touch before then (the same argument
     as for the AABBs, with the true shape); the cubes around the balls hold ~1.9x as many
-    pairs in a random packing, and every candidate costs a test in every step."""
+    pairs in a random packing, and every candidate costs a test in every step.
+
+    The candidates come in the grid's order, their rows at random places: the loop asks for
+    the rows of the pair :data:`AHEAD` places on (125,000-sphere gas, 93,000 candidates: ~2.2
+    -> ~1.3 ms per rebuild)."""
     k = 0
-    for p in range(sa.shape[0]):
+    n = sa.shape[0]
+    xl, xh, xs, rs = lo.reshape(-1), hi.reshape(-1), position.reshape(-1), params.reshape(-1)
+    for p in range(n):
+        if p + AHEAD < n:
+            fa, fb = sa[p + AHEAD], sb[p + AHEAD]
+            prefetch(uid, fa)
+            prefetch(uid, fb)
+            prefetch(flags, fa)
+            prefetch(flags, fb)
+            prefetch(xl, 3 * fa)
+            prefetch(xl, 3 * fb)
+            prefetch(xh, 3 * fa)
+            prefetch(xh, 3 * fb)
+            prefetch(xs, 3 * fa)
+            prefetch(xs, 3 * fb)
+            prefetch(rs, 3 * fa)
+            prefetch(rs, 3 * fb)
         a = sa[p]
         b = sb[p]
         if uid[a] > uid[b]:
@@ -104,8 +125,17 @@ def _pair_gaps(pa, pb, shape, params, ref_position, image, box, gap):
     which the step's displacement ``moved`` is measured): centre distance minus the radii for
     two spheres, distance from the plane minus the radius for a sphere and a plane, -inf for
     other pairs. A pair whose gap exceeds twice the largest displacement of any body cannot
-    touch yet (see :func:`parsim.contacts.sphere_pairs_in_play`)."""
-    for p in range(pa.shape[0]):
+    touch yet (see :func:`parsim.contacts.sphere_pairs_in_play`). Asks for the rows of the
+    pair :data:`AHEAD` places on, as :func:`_filter_pairs`."""
+    n = pa.shape[0]
+    xs, rs = ref_position.reshape(-1), params.reshape(-1)
+    for p in range(n):
+        if p + AHEAD < n:
+            fa, fb = pa[p + AHEAD], pb[p + AHEAD]
+            prefetch(xs, 3 * fa)
+            prefetch(xs, 3 * fb)
+            prefetch(rs, 3 * fa)
+            prefetch(rs, 3 * fb)
         a = pa[p]
         b = pb[p]
         if shape[a] != SPHERE:

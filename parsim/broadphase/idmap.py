@@ -25,8 +25,11 @@ import numpy as np
 from numba import njit
 
 from ..unmanaged import unmanaged
+from .prefetch import prefetch
 
 EMPTY = -1
+#: how many ids ahead :func:`map_lookup` asks for the bucket it will read
+LOOKAHEAD = 32
 
 
 @njit(cache=True, inline="always")
@@ -40,18 +43,29 @@ def _bucket(key, mask):
 @njit(cache=True)
 def map_lookup(keys, vals, ids, out):
     """Write the slot of each id into ``out`` (``-1`` where absent); return the index of the
-    first absent id, or -1. Reads keys, vals."""
+    first absent id, or -1. Reads keys, vals.
+
+    In hash mode the ids of a batch hit the table at random places, so the loop asks for the
+    bucket of the id :data:`LOOKAHEAD` places on: 140,000 entries, caches flushed, 11 -> 5 ns
+    per id; 1e6 entries 18-19 -> 9 ns; 10,000 in the caches 1.5 -> 1.7 ns. (The engine's
+    rebuild looks up every stored body and both bodies of every candidate.) Not in direct
+    mode: 0.3-0.4 ns per id dearer in the caches, 0.7 ns cheaper at 1e6 ids flushed."""
     miss = -1
+    n = ids.shape[0]
     if keys.shape[0] == 0:
         d = vals.shape[0]
-        for i in range(ids.shape[0]):
+        for i in range(n):
             key = ids[i]
             out[i] = vals[key] if 0 <= key < d else -1
             if out[i] < 0 and miss < 0:
                 miss = i
         return miss
     mask = keys.shape[0] - 1
-    for i in range(ids.shape[0]):
+    for i in range(n):
+        if i + LOOKAHEAD < n:
+            ahead = _bucket(ids[i + LOOKAHEAD], mask)
+            prefetch(keys, ahead)
+            prefetch(vals, ahead)
         key = ids[i]
         b = _bucket(key, mask)
         res = -1
