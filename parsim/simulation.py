@@ -981,9 +981,10 @@ class Simulation:
                 st.position, st.image, self.box, nl.live, nl.touching, nl.gap, lim, sel)
             sel_every = False
         if not sel_every and st.n >= contacts.FAR_ROWS and not threaded(n_sel):
-            # the pairs in play of a large rank: the build that asks for rows ahead (the
-            # listing's pairs are scattered over the list; 125,000-sphere gas, 0.50 -> 0.31 ms
-            # with the caches flushed; no gain measured on a whole list, the dense bed)
+            # a selection of a large rank's list (the pairs in play, or the sphere pairs of a
+            # mixed list), scattered over it: the build that asks for rows ahead (125,000-sphere
+            # gas, 0.50 -> 0.31 ms with the caches flushed; no gain measured on a whole list,
+            # the dense bed)
             kernel = contacts._pair_forces_far
         else:
             kernel = pick(sphere_pair_forces, n_sel)

@@ -76,7 +76,7 @@ spacing = 0.2
 def compile_kernels() -> None:
     """Run tiny serial scenes that reach every kernel of a run: the halo kernels; the spheres
     of the scene below, several steps per call (the joint half-steps), rebuilding mid-run, and
-    the listing of their pairs in play that large ranks take;
+    on their arrays the contact kernels that large ranks take (:func:`_far_listing`);
     then the whole scene, step by step, with every shape, two materials, periodic images,
     walls and a pour (the narrow phase of boxes and capsules comes last, so that a helper's
     :func:`compile_helper_part` may have saved it by then); the springs a checkpoint or a
