@@ -980,14 +980,16 @@ class Simulation:
                 n_simple, every, nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params,
                 st.position, st.image, self.box, nl.live, nl.touching, nl.gap, lim, sel)
             sel_every = False
-        if not sel_every and st.n >= contacts.FAR_ROWS and not threaded(n_sel):
+        if threaded(n_sel):
+            kernel = sphere_pair_forces[1]
+        elif not sel_every and st.n >= contacts.FAR_ROWS:
             # a selection of a large rank's list (the pairs in play, or the sphere pairs of a
             # mixed list), scattered over it: the build that asks for rows ahead (125,000-sphere
             # gas, 0.50 -> 0.31 ms with the caches flushed; no gain measured on a whole list,
             # the dense bed)
             kernel = contacts._pair_forces_far
         else:
-            kernel = pick(sphere_pair_forces, n_sel)
+            kernel = sphere_pair_forces[0]
         self.n_contacts = kernel(
             sel, n_sel, sel_every, nl.pa, nl.pb, nl.hist, st.shape, st.params,
             st.flags, st.material, st.mass, st.position, st.velocity, st.angular_velocity,
@@ -1001,10 +1003,12 @@ class Simulation:
             nl.n_listed[0] = -1      # no rows kept (see accumulate)
         else:
             dense = 8 * self.n_contacts >= nl.n_pairs
-            if not dense and st.n >= contacts.FAR_ROWS and not threaded(no):
+            if threaded(no):
+                kernel = accumulate[1]
+            elif not dense and st.n >= contacts.FAR_ROWS:
                 kernel = contacts._accumulate_far   # asks for the rows of bodies ahead
             else:
-                kernel = pick(accumulate, no)
+                kernel = accumulate[0]
             kernel(no, nl.ptr, nl.entry, nl.live, dense, nl.touched, nl.pout, st.flags, st.mass,
                    self.gravity, st.force, st.torque, self._keep_rows and not self._has_global,
                    nl.kept_gravity, nl.pa, nl.pb, nl.listed, nl.n_listed)
