@@ -969,9 +969,13 @@ class Simulation:
             st.torque[:no] = 0.0
         sel, n_sel, sel_every = nl.simple_idx, n_simple, every
         sparse = 8 * self.n_contacts < n_simple if self._prefilter is None else self._prefilter
-        if sparse and n_simple and not threaded(n_simple):
+        if sparse and n_simple:
             # sparse (a gas; the count is the last step's): first list the pairs in play with a
-            # bare distance test, then run the force kernel on them only (same bits)
+            # bare distance test, then run the force kernel on them only (same bits). Also
+            # with several threads (since 2026-11-29): the serial listing and a kernel on the
+            # few pairs it keeps beat the threaded kernel on every candidate (2 threads, gas
+            # after 2,000 steps: 64,000 spheres 1.01-1.15 -> 0.84-0.90 ms per step, 125,000
+            # 2.11-3.40 -> 2.09-2.40 ms)
             if self._in_play.shape[0] < n_simple:
                 self._in_play = np.empty(max(n_simple, 2 * self._in_play.shape[0]), np.int64)
             sel = self._in_play
@@ -1003,10 +1007,12 @@ class Simulation:
             nl.n_listed[0] = -1      # no rows kept (see accumulate)
         else:
             dense = 8 * self.n_contacts >= nl.n_pairs
-            if threaded(no):
+            if not dense and st.n >= contacts.FAR_ROWS:
+                # asks for the rows of bodies ahead; with threads too: its listed pass is
+                # serial in every build
+                kernel = contacts._accumulate_far
+            elif threaded(no):
                 kernel = accumulate[1]
-            elif not dense and st.n >= contacts.FAR_ROWS:
-                kernel = contacts._accumulate_far   # asks for the rows of bodies ahead
             else:
                 kernel = accumulate[0]
             kernel(no, nl.ptr, nl.entry, nl.live, dense, nl.touched, nl.pout, st.flags, st.mass,
