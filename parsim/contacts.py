@@ -566,15 +566,6 @@ FAR_ROWS = 32768
 _FAR = False        # see sphere_pairs_in_play
 
 
-def sphere_pairs_in_play(n_sel, every, sel, pa, pb, hist, shape, params, position, image, box,
-                         live, touching, gap, lim, out):
-    """Dispatches to the build of :func:`_sphere_pairs_in_play` for this many stored bodies
-    (asking for rows ahead from :data:`FAR_ROWS`)."""
-    kernel = _in_play_far if position.shape[0] >= FAR_ROWS else _in_play_near
-    return kernel(n_sel, every, sel, pa, pb, hist, shape, params, position, image, box, live,
-                  touching, gap, lim, out)
-
-
 def _sphere_pairs_in_play(n_sel, every, sel, pa, pb, hist, shape, params, position, image, box,
                           live, touching, gap, lim, out):
     """The pairs among the ``n_sel`` of ``sel`` (all of them when ``every``) that
@@ -647,6 +638,9 @@ def _sphere_pairs_in_play(n_sel, every, sel, pa, pb, hist, shape, params, positi
 
 
 _in_play_near = variant(_sphere_pairs_in_play, "_near", _FAR=False)
+#: the listing of the pairs in play (the build without ``_FAR``); ``Simulation._forces`` takes
+#: :data:`_in_play_far` instead on ranks of :data:`FAR_ROWS` bodies or more
+sphere_pairs_in_play = _in_play_near
 _in_play_far = variant(_sphere_pairs_in_play, "_far", _FAR=True)
 
 

@@ -34,8 +34,7 @@ from .bodies import FIXED, GLOBAL, INFINITE, MAX_UID, REPLICATED, BodyStorage
 from .comm import Net, auto_comm
 from .decomposition import Decomposition, default_blocks
 from .halo import Halo
-from .contacts import (accumulate, finish_sums, sphere_pair_forces,
-                       sphere_pairs_in_play)
+from .contacts import accumulate, finish_sums, sphere_pair_forces
 from .contacts_general import deepest_overlaps, general_pair_forces, scratch
 from .parallel import pick, threaded
 from .materials import (Material, collision_time, make_material, override_row, pair_table,
@@ -968,6 +967,8 @@ class Simulation:
             st.force[:no] = 0.0
             st.torque[:no] = 0.0
         sel, n_sel, sel_every = nl.simple_idx, n_simple, every
+        # a large rank: the builds of the sparse path that ask for rows ahead (contacts.AHEAD)
+        far = st.n >= contacts.FAR_ROWS
         sparse = 8 * self.n_contacts < n_simple if self._prefilter is None else self._prefilter
         if sparse and n_simple:
             # sparse (a gas; the count is the last step's): first list the pairs in play with a
@@ -980,13 +981,14 @@ class Simulation:
                 self._in_play = np.empty(max(n_simple, 2 * self._in_play.shape[0]), np.int64)
             sel = self._in_play
             lim = 2.0 * moved * (1.0 + 1e-9) + nl.hair if self._gaps else math.inf
-            n_sel = sphere_pairs_in_play(
+            listing = contacts._in_play_far if far else contacts.sphere_pairs_in_play
+            n_sel = listing(
                 n_simple, every, nl.simple_idx, nl.pa, nl.pb, nl.hist, st.shape, st.params,
                 st.position, st.image, self.box, nl.live, nl.touching, nl.gap, lim, sel)
             sel_every = False
         if threaded(n_sel):
             kernel = sphere_pair_forces[1]
-        elif not sel_every and st.n >= contacts.FAR_ROWS:
+        elif not sel_every and far:
             # a selection of a large rank's list (the pairs in play, or the sphere pairs of a
             # mixed list), scattered over it: the build that asks for rows ahead (125,000-sphere
             # gas, 0.50 -> 0.31 ms with the caches flushed; no gain measured on a whole list,
@@ -1007,7 +1009,7 @@ class Simulation:
             nl.n_listed[0] = -1      # no rows kept (see accumulate)
         else:
             dense = 8 * self.n_contacts >= nl.n_pairs
-            if not dense and st.n >= contacts.FAR_ROWS:
+            if not dense and far:
                 # asks for the rows of bodies ahead; with threads too: its listed pass is
                 # serial in every build
                 kernel = contacts._accumulate_far
