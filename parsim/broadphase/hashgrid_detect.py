@@ -34,6 +34,10 @@ distinct), so each overlapping pair is still reported exactly once.
 
 On the windowed path the cell pairs are those of the thesis' cell-by-cell walk: each pair of
 neighbouring cells meets once, and each overlapping pair is reported once.
+
+A sparse grid whose bodies probe no coarser grid (``FLAT_PER_ROW``) skips the row loop:
+``flat_sweep`` runs one loop over its bodies, each against its whole runs, filtered by a float32
+test of sixteen lanes along x (very polydisperse: detection 0.67-0.69 -> 0.57-0.59 ms).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .hashgrid_kernels import ID_BITS, SCAN_COARSE_MAX, _coord
 from .prefetch import prefetch
-from .simd import LANES, count_below8, overlap_mask4, overlap_mask8, overlap_x8
+from .simd import LANES, count_below8, overlap_mask4, overlap_mask8, overlap_x8, overlap_x16f
 
 #: the four rows of three x cells among the 13 half neighbours of a cell, as (dy, dz)
 ROW_DY = np.array([1, -1, 0, 1], dtype=np.int64)
@@ -67,6 +71,17 @@ WHOLE_MAX = 2 * LANES
 #: exceed it). The caller allocates ``box`` with this padding (``HierarchicalHashGrid``).
 BOX_PAD = 2 * LANES
 assert WHOLE_MAX <= BOX_PAD
+
+#: a grid holding at most this many bodies per occupied row of cells on average, none more
+#: than ``FLAT_ROW_MAX`` in a row, whose bodies probe no coarser grid, is swept body by body
+#: (``flat_sweep``), every row tested whole. (Per *occupied* row: the scaling study's clusters,
+#: 1,000 to 10,000 bodies in a few per cent of the rows, 12 to 25 per row, took up to 1.5x the
+#: time of the row loop's x windows when swept so.)
+FLAT_PER_ROW = 4
+FLAT_ROW_MAX = 16
+
+#: float32 x bounds (``fx``) past the last compact entry: ``flat_sweep`` reads sixteen lanes
+FX_PAD = 16
 
 #: ``toff`` of a row without an x table
 NO_TABLE = -(1 << 62)
@@ -97,16 +112,131 @@ def table_sizes(G):
 
 
 @njit(cache=True)
-def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, cid, xs, rows,
-                    ptab, toff, ctab, out):
+def flat_sweep(rows, keys, box, fx, cid, rb, by, bz, shift_row, out, st):
+    """Every pair of the bodies of a sparse grid (rows ``rb`` to ``rb + 2**(by + bz)``; see
+    ``FLAT_PER_ROW``) with the bodies of the same grid, body by body: each body against the
+    runs of entries of its half neighbours' rows, tested whole (as ``find_pairs_rows`` does
+    where they hold few bodies): the rest of its row and the next row, the three rows (y - 1,
+    y, y + 1) of the next plane; at y = 0 and y = my the rows across the wrap are runs of their
+    own. ``keys``: the sorted keys (row, x, slot) of the compact entries. Writes the pairs as
+    ``find_pairs_rows`` does (``out``, counts in ``st``).
+
+    Why: in the very polydisperse scenario's fine grid (40,000 bodies, 2.4 per row) the loop
+    over each row's bodies missed its exit in the branch predictor about once per row, and
+    the x windows cost more than the candidates they spare. Here one loop runs over all bodies,
+    and a run of up to sixteen candidates is filtered by one float32 test along x
+    (``simd.overlap_x16f`` on ``fx``, which the gather filled), the exact test only where a
+    lane passes (about one body in twenty there).
+
+    Each overlapping pair once: same-row pairs by the earlier entry; otherwise, with at least
+    four cells per axis, the offset between the two rows puts one of them, not both, in the
+    other's half neighbourhood."""
+    LX = box[0]
+    LY = box[1]
+    LZ = box[2]
+    HX = box[3]
+    HY = box[4]
+    HZ = box[5]
+    FL = fx[0]
+    FH = fx[1]
+    my = (np.int64(1) << by) - 1
+    mz = (np.int64(1) << bz) - 1
+    n_out = out.shape[0]
+    n = st[0]
+    over = st[1]
+    run0 = np.empty(4, dtype=np.int64)  # the runs of a body of a row at the wrap
+    run1 = np.empty(4, dtype=np.int64)
+    for a in range(rows[rb], rows[rb + ((my + 1) << bz)]):
+        row = keys[a] >> shift_row
+        y = (row - rb) & my
+        pz = row - y                                           # row (z, 0)
+        pb = rb + (((((row - rb) >> by) + 1) & mz) << by)      # row (z + 1, 0)
+        b = a + 1
+        fl = FL[a]
+        fh = FH[a]
+        if 0 < y < my:
+            oe = rows[row + 2]
+            p1s = rows[pb + y - 1]
+            p1e = rows[pb + y + 2]
+            if oe - b <= 16 and p1e - p1s <= 16:  # (nearly always)
+                own = overlap_x16f(FL, FH, b, fl, fh) & ((np.int64(1) << (oe - b)) - 1)
+                fwd = overlap_x16f(FL, FH, p1s, fl, fh) & ((np.int64(1) << (p1e - p1s)) - 1)
+                if own | fwd == 0:
+                    continue
+                # the exact test of the (at most four) vectors of eight where a lane passed
+                ia = cid[a]
+                for h in range(4):
+                    f = ((own if h < 2 else fwd) >> ((h & 1) * LANES)) & 0xFF
+                    if f == 0:
+                        continue
+                    qh = (b if h < 2 else p1s) + (h & 1) * LANES
+                    msk = f & overlap_mask8(LX, LY, LZ, HX, HY, HZ, qh, LX[a], LY[a], LZ[a],
+                                            HX[a], HY[a], HZ[a])
+                    while msk != 0:
+                        ib = cid[qh + trailing_zeros(msk)]
+                        out[n, 0] = min(ia, ib)
+                        out[n, 1] = max(ia, ib)
+                        n += 1
+                        if n == n_out - 1:  # overflow: keep counting, the caller retries
+                            over += n
+                            n = 0
+                        msk &= msk - 1
+                continue
+            run0[0], run1[0], run0[1], run1[1] = b, oe, p1s, p1e
+            nr = 2
+        elif y == 0:
+            run0[0], run1[0] = b, rows[row + 2]
+            run0[1], run1[1] = rows[pb], rows[pb + 2]
+            run0[2], run1[2] = rows[pb + my], rows[pb + my + 1]
+            nr = 3
+        else:
+            run0[0], run1[0] = b, rows[row + 1]
+            run0[1], run1[1] = rows[pz], rows[pz + 1]
+            run0[2], run1[2] = rows[pb + my - 1], rows[pb + my + 1]
+            run0[3], run1[3] = rows[pb], rows[pb + 1]
+            nr = 4
+        # the runs, sixteen candidates at a time: the float32 filter, then the exact test of
+        # the eight lanes of each half where one passes
+        ia = cid[a]
+        for k in range(nr):
+            e = run1[k]
+            for q in range(run0[k], e, 16):
+                f = overlap_x16f(FL, FH, q, fl, fh)
+                if e - q < 16:
+                    f &= (np.int64(1) << (e - q)) - 1
+                for h in range(2):
+                    if (f >> (h * LANES)) & 0xFF == 0:
+                        continue
+                    qh = q + h * LANES
+                    msk = overlap_mask8(LX, LY, LZ, HX, HY, HZ, qh, LX[a], LY[a], LZ[a],
+                                        HX[a], HY[a], HZ[a])
+                    msk &= (f >> (h * LANES)) & 0xFF
+                    while msk != 0:
+                        ib = cid[qh + trailing_zeros(msk)]
+                        out[n, 0] = min(ia, ib)
+                        out[n, 1] = max(ia, ib)
+                        n += 1
+                        if n == n_out - 1:  # overflow: keep counting, the caller retries
+                            over += n
+                            n = 0
+                        msk &= msk - 1
+    st[0] = n
+    st[1] = over
+
+
+@njit(cache=True)
+def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, cid, xs, fx,
+                    rows, ptab, toff, ctab, out):
     """Every overlapping pair once (Algorithm 4), through bodies sorted into rows of cells.
 
     Scratch, caller-owned and reused between calls: ``words``, ``tmp`` (int64) of at least
     ``n_slots`` entries, ``cid`` (int64) and ``xs`` (int32) of ``n_slots + LANES``; ``box``
-    float64[6, >= n_slots + BOX_PAD] (the compact lo x, y, z, hi x, y, z); ``rows`` int64
-    and ``ptab`` int32 of the sizes ``table_sizes(G)``. After the sorts, row ``r`` of the
+    float64[6, >= n_slots + BOX_PAD] (the compact lo x, y, z, hi x, y, z); ``fx``
+    float32[2, >= n_slots + FX_PAD] (lo x and hi x as float32, for ``flat_sweep``); ``rows``
+    int64 and ``ptab`` int32 of the sizes ``table_sizes(G)``. After the sorts, row ``r`` of the
     grids (grid rank, then z, then y) holds compact entries ``rows[r] : rows[r + 1]``, sorted
-    by the cells' x index ``xs``, with ids ``cid``. Writes id pairs (a < b) into ``out`` and
+    by the cells' x index ``xs`` (unless every grid is swept by ``flat_sweep``), with ids
+    ``cid``. Writes id pairs (a < b) into ``out`` and
     returns their number; a number above ``out.shape[0] - 2`` means the buffer overflowed
     (contents invalid): retry with that size.
     """
@@ -141,21 +271,47 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         cnt_x[x + 1] += 1
         rows[row + 1] += 1
         m += 1
-    # 2. counting sort by x (stable), then by row (stable): rows of cells, each sorted by x
-    for x in range(xmask_all + 1):
-        cnt_x[x + 1] += cnt_x[x]
-    for i in range(m):
-        w = tmp[i]
-        x = (w >> ID_BITS) & xmask_all
-        words[cnt_x[x]] = w
-        cnt_x[x] += 1
+    # the grids swept by flat_sweep (by rank; see FLAT_PER_ROW)
+    flat = np.zeros(max(ng, 1), dtype=np.bool_)
+    any_flat = False
+    for r in range(ng):
+        g = G.order[r]
+        probe = False
+        for r2 in range(r + 1, ng):
+            probe |= G.count[G.order[r2]] > SCAN_COARSE_MAX
+        n_rows_g = np.int64(1) << (G.bits[g, 1] + G.bits[g, 2])
+        if probe or min(G.bits[g, 1], G.bits[g, 2]) < 2 or G.count[g] > FLAT_PER_ROW * n_rows_g:
+            continue
+        longest = 0
+        occupied = 0
+        for hr in range(row0[g], row0[g] + n_rows_g):  # (rows[hr + 1]: row hr's count, yet)
+            longest = max(longest, rows[hr + 1])
+            occupied += rows[hr + 1] > 0
+        flat[r] = longest <= FLAT_ROW_MAX and G.count[g] <= FLAT_PER_ROW * occupied
+        any_flat |= flat[r]
+    all_flat = True
+    for r in range(ng):
+        all_flat &= flat[r] or G.count[G.order[r]] == 0
+    # 2. counting sort by x (stable), then by row (stable): rows of cells, each sorted by x;
+    # by row only if every grid is swept by flat_sweep, which needs no x order (the keys end
+    # in words, not in tmp: ``srt``)
+    if not all_flat:
+        for x in range(xmask_all + 1):
+            cnt_x[x + 1] += cnt_x[x]
+        for i in range(m):
+            w = tmp[i]
+            x = (w >> ID_BITS) & xmask_all
+            words[cnt_x[x]] = w
+            cnt_x[x] += 1
+    src = tmp if all_flat else words
+    srt = words if all_flat else tmp
     for r in range(n_rows):
         rows[r + 1] += rows[r]
     # scatter by row; rows[r] advances to the end of row r, so it is shifted back afterwards
     for i in range(m):
-        w = words[i]
+        w = src[i]
         r = w >> shift_row
-        tmp[rows[r]] = w
+        srt[rows[r]] = w
         rows[r] += 1
     for r in range(n_rows, 0, -1):
         rows[r] = rows[r - 1]
@@ -167,6 +323,8 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
     HX = box[3]
     HY = box[4]
     HZ = box[5]
+    FL = fx[0]
+    FH = fx[1]
     lo_flat = lo.reshape(lo.shape[0] * 3)
     hi_flat = hi.reshape(hi.shape[0] * 3)
     # (prefetched: both ends of each 24-byte corner, which straddles two cache lines for a
@@ -174,13 +332,13 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
     # scenario's pairs() took 1.10x as long: three runs, alternated in one process, 2026-11-27)
     for j in range(m):
         if j + PF_GATHER < m:
-            sp = tmp[j + PF_GATHER] & slot_mask
+            sp = srt[j + PF_GATHER] & slot_mask
             prefetch(lo_flat, 3 * sp)
             prefetch(lo_flat, 3 * sp + 2)
             prefetch(hi_flat, 3 * sp)
             prefetch(hi_flat, 3 * sp + 2)
             prefetch(ids, sp)
-        w = tmp[j]
+        w = srt[j]
         s = w & slot_mask
         LX[j] = lo[s, 0]
         LY[j] = lo[s, 1]
@@ -188,8 +346,14 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         HX[j] = hi[s, 0]
         HY[j] = hi[s, 1]
         HZ[j] = hi[s, 2]
+        if any_flat:  # (here: a pass of its own took 30-50 us more, very polydisperse)
+            FL[j] = np.float32(lo[s, 0])
+            FH[j] = np.float32(hi[s, 0])
         cid[j] = ids[s]
         xs[j] = (w >> ID_BITS) & xmask_all
+    for j in range(m, m + FX_PAD):
+        FL[j] = np.inf
+        FH[j] = -np.inf
     # boxes that overlap nothing after the last (BOX_PAD)
     for j in range(m, m + BOX_PAD):
         LX[j] = np.inf
@@ -480,6 +644,14 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         coarse_probe = False
         for r2 in range(r + 1, ng):
             coarse_probe |= G.count[G.order[r2]] > SCAN_COARSE_MAX
+        # a sparse coarser grid: its bodies against every finer body, which precede them
+        if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
+            fine_end = rows[rb]
+            for a in range(fine_end, rows[rb + ny * nz]):
+                scan_all(a, fine_end)
+        if flat[r]:
+            flat_sweep(rows, srt, box, fx, cid, rb, by, G.bits[g, 2], shift_row, out, st)
+            continue
         for zi in range(nz + 1):
             # the x tables of the long rows of plane zi, two planes kept (by parity); plane 0
             # again at zi = nz, for the last plane's forward rows
@@ -611,9 +783,4 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                     if coarse_probe:
                         k = coarse_windows(r, a, k)
                     run_windows(a, k, narrow)
-        # a sparse coarser grid: its bodies against every finer body, which precede them
-        if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
-            fine_end = rows[rb]
-            for a in range(fine_end, rows[rb + ny * nz]):
-                scan_all(a, fine_end)
     return st[1] + st[0]

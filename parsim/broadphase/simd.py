@@ -38,9 +38,9 @@ def _splat(builder, vt, x):
     return builder.shuffle_vector(v, ir.Constant(vt, ir.Undefined), zeros)
 
 
-def _c_arrays(arrays) -> bool:
-    """Whether every one is a C-contiguous 1-d float64 array (the lanes are neighbours)."""
-    return all(isinstance(a, types.Array) and a.ndim == 1 and a.dtype == types.float64
+def _c_arrays(arrays, dtype=types.float64) -> bool:
+    """Whether every one is a C-contiguous 1-d array of ``dtype`` (the lanes are neighbours)."""
+    return all(isinstance(a, types.Array) and a.ndim == 1 and a.dtype == dtype
                and a.layout == "C" for a in arrays)
 
 
@@ -58,19 +58,21 @@ def _overlap_codegen(lanes):
     return typer
 
 
-def _codegen(LANES, axes):
+def _codegen(LANES, axes, element=ir.DoubleType()):
     """Code of the test along the first ``axes`` axes: arguments ``axes`` arrays of lower
-    corners, ``axes`` of upper corners, the index, ``axes`` lower and ``axes`` upper bounds."""
+    corners, ``axes`` of upper corners, the index, ``axes`` lower and ``axes`` upper bounds
+    (float64 elements, or those of ``element``)."""
 
     def codegen(context, builder, signature, args):
-        vt = ir.VectorType(ir.DoubleType(), LANES)
+        vt = ir.VectorType(element, LANES)
+        align = 8 if isinstance(element, ir.DoubleType) else 4
         vecs = []
         for k in range(2 * axes):
             aryty = signature.args[k]
             ary = context.make_array(aryty)(context, builder, args[k])
             ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[2 * axes]],
                                            wraparound=False)
-            vecs.append(builder.load(builder.bitcast(ptr, vt.as_pointer()), align=8))
+            vecs.append(builder.load(builder.bitcast(ptr, vt.as_pointer()), align=align))
 
         mask = None
         for k in range(axes):
@@ -136,3 +138,18 @@ def _overlap_x_typer(typingctx, lx, hx, index, l0, h0):
 #: overlaps ``[l0, h0]`` along x alone (k = 0..7): a third of :data:`overlap_mask8`'s work, a
 #: filter where few candidates are near in x
 overlap_x8 = intrinsic(_overlap_x_typer)
+
+
+def _overlap_x16f_typer(typingctx, lx, hx, index, l0, h0):
+    if not _c_arrays((lx, hx), types.float32) or not isinstance(index, types.Integer):
+        return None
+    return (types.int64(lx, hx, types.intp, types.float32, types.float32),
+            _codegen(16, 1, ir.FloatType()))
+
+
+#: ``overlap_x16f(lx, hx, index, l0, h0)``: :data:`overlap_x8` on float32 copies of the x
+#: bounds, sixteen lanes (k = 0..15) in one vector: a filter before the exact test, for runs of
+#: up to sixteen candidates that rarely overlap (a sparse grid). Copies rounded to nearest
+#: (``np.float32(v)``, beyond float32's range to +-inf) are enough: rounding is monotone, so
+#: ``lo_b <= hi_a`` implies the same of the copies, and a lane this test clears never overlaps.
+overlap_x16f = intrinsic(_overlap_x16f_typer)

@@ -267,3 +267,78 @@ def test_sparse_rows_tested_whole(coarse):
         lo, hi = c - size[:, None] / 2, c + size[:, None] / 2
         bp.update(ids, lo, hi)
         check(bp, ids, lo, hi, f"sparse rows, coarse {coarse}, step {step}")
+
+
+def is_flat(bp, rank: int = 0) -> bool:
+    """Whether the grid of this rank is swept body by body (``flat_sweep``): sparse, no row
+    longer than ``FLAT_ROW_MAX``, four cells or more along y and z, and no coarser grid that
+    its bodies probe."""
+    from parsim.broadphase.hashgrid_detect import FLAT_PER_ROW, FLAT_ROW_MAX
+    from parsim.broadphase.hashgrid_kernels import SCAN_COARSE_MAX
+
+    G = bp._G
+    g = int(G.order[rank])
+    by, bz = int(G.bits[g, 1]), int(G.bits[g, 2])
+    coarser = [int(G.count[int(G.order[r])]) for r in range(rank + 1, int(G.n[0]))]
+    return (0 < int(G.count[g]) <= FLAT_PER_ROW << (by + bz) and min(by, bz) >= 2
+            and row_lengths(bp)[rank].max() <= FLAT_ROW_MAX
+            and all(c <= SCAN_COARSE_MAX for c in coarser))
+
+
+@pytest.mark.parametrize("centre", [0.0, 1.0e6])
+def test_sparse_grid_swept_body_by_body(centre):
+    # a thin gas over a 16^3 grid that never grows (256 rows, at most FLAT_PER_ROW bodies per
+    # occupied row on average, none more than FLAT_ROW_MAX), with a denser cluster, is swept
+    # body by body, every row tested whole:
+    # runs of one and two vectors of eight, longer runs (the cluster's: more than sixteen
+    # candidates, where the row loop would take x windows) in pieces of sixteen, the first
+    # and last rows with their wrapped runs; and one big body scanned against all. Corners on
+    # a grid of 1/4, so that many boxes touch exactly (closed boxes overlap); around 1e6
+    # float32's step is 1/16, and the float32 filter must still keep every overlap.
+    rng = np.random.default_rng(12)
+    gas, cluster = 600, 250
+    n = gas + cluster + 1
+    c = np.concatenate([rng.uniform(-12, 12, (gas, 3)), rng.normal(3.0, 2.0, (cluster, 3)),
+                        np.zeros((1, 3))])
+    size = np.concatenate([np.full(gas + cluster, 0.75), [9.0]])
+
+    def boxes(c):
+        lo = np.round((centre + c - size[:, None] / 2) * 4) / 4
+        return lo, lo + size[:, None]
+
+    lo, hi = boxes(c)
+    ids = rng.permutation(n).astype(np.int64) * 5 + 1
+    bp = hhg(initial_cells=16, min_grid_density=1e-6)
+    bp.add(ids, lo, hi)
+    assert bp.grid_info()["n_bodies"].tolist() == [gas + cluster, 1]
+    assert is_flat(bp)
+    paths = whole_row_paths(bp)  # ("windows": the rows with runs of more than sixteen)
+    assert paths["whole"] > 100 and paths["windows"] > 3, paths
+    assert min(paths["own_two"], paths["plane_two"], paths["wrapped"]) > 0, paths
+    assert len(orc.pairs(ids, lo, hi)) > 100
+    check(bp, ids, lo, hi, f"flat sweep, centre {centre}")
+    for step in range(3):
+        c = c + rng.normal(0, 0.4, c.shape)
+        c[-1] = 0.0
+        lo, hi = boxes(c)
+        bp.update(ids, lo, hi)
+        assert is_flat(bp)
+        check(bp, ids, lo, hi, f"flat sweep, centre {centre}, step {step}")
+
+
+def test_a_sparse_grid_with_a_long_row_is_swept_by_rows():
+    # the same thin gas, but one row holds more than FLAT_ROW_MAX bodies (a line of boxes along
+    # x): the grid takes the row loop (x windows for the long row), with the same pairs
+    from parsim.broadphase.hashgrid_detect import FLAT_ROW_MAX
+
+    rng = np.random.default_rng(13)
+    gas, line = 600, FLAT_ROW_MAX + 8
+    c = np.concatenate([rng.uniform(-12, 12, (gas, 3)),
+                        np.column_stack([np.linspace(-11, 11, line), np.full(line, 0.3),
+                                         np.full(line, -0.4)])])
+    lo, hi = c - 0.375, c + 0.375
+    ids = np.arange(c.shape[0], dtype=np.int64)
+    bp = hhg(initial_cells=16, min_grid_density=1e-6)
+    bp.add(ids, lo, hi)
+    assert row_lengths(bp)[0].max() > FLAT_ROW_MAX and not is_flat(bp)
+    check(bp, ids, lo, hi, "sparse grid with a long row")

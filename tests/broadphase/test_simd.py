@@ -1,13 +1,14 @@
 """The 8- and 4-wide AABB overlap tests: bit k says whether box ``index + k`` overlaps the query
-box; the 8-wide test along x alone; and the 8-wide count of the x indices of a short run below a
-bound."""
+box; the 8-wide test along x alone, and its 16-wide form on float32 copies of the bounds; and
+the 8-wide count of the x indices of a short run below a bound."""
 
 import numpy as np
 import pytest
 from numba import njit
 from numba.core.errors import TypingError
 
-from parsim.broadphase.simd import LANES, count_below8, overlap_mask4, overlap_mask8, overlap_x8
+from parsim.broadphase.simd import (LANES, count_below8, overlap_mask4, overlap_mask8, overlap_x8,
+                                   overlap_x16f)
 
 
 @njit(cache=True)
@@ -122,3 +123,38 @@ def test_count_below_refuses_other_than_int32():
 
     with pytest.raises(TypingError):
         bad(np.zeros(32, dtype=np.int64))
+
+
+@njit(cache=True)
+def _x16_masks(fl, fh, q_lo, q_hi, starts):
+    out = np.empty(starts.shape[0], dtype=np.int64)
+    for i in range(starts.shape[0]):
+        out[i] = overlap_x16f(fl, fh, starts[i], q_lo, q_hi)
+    return out
+
+
+def test_float32_x_mask_keeps_every_lane_of_the_exact_test():
+    # boxes on a grid of 1/64 around 1e6, where float32's step is 1/16: many touch or overlap
+    # by 1/64 in float64, and their float32 copies are rounded to nearest (monotone: what
+    # overlaps still does). Each of sixteen lanes equals the scalar test on the copies, and
+    # keeps every lane the exact float64 test keeps; beyond float32's range too (+-inf).
+    rng = np.random.default_rng(22)
+    n = 3000
+    lo = 1e6 + rng.integers(-400, 400, n) / 64.0
+    hi = lo + rng.integers(0, 64, n) / 64.0
+    lo[:100] = 1e39 + rng.integers(0, 4, 100) * 1e38
+    hi[:100] = lo[:100] + rng.integers(0, 2, 100) * 1e38
+    with np.errstate(over="ignore"):  # (1e39 becomes inf, as in the kernel)
+        fl, fh = lo.astype(np.float32), hi.astype(np.float32)
+    fl = np.concatenate([fl, np.full(16, np.inf, np.float32)])
+    fh = np.concatenate([fh, np.full(16, -np.inf, np.float32)])
+    starts = rng.integers(0, n, 2000)  # runs may reach into the padding
+    for q in rng.integers(0, n, 30):
+        got = _x16_masks(fl, fh, fl[q], fh[q], starts)
+        for s, m in zip(starts, got):
+            lanes = np.arange(s, s + 16)
+            scalar = (fl[q] <= fh[lanes]) & (fl[lanes] <= fh[q])
+            assert m == int(sum(1 << k for k in range(16) if scalar[k]))
+            real = lanes[lanes < n]
+            exact = (lo[q] <= hi[real]) & (lo[real] <= hi[q])
+            assert all(m >> k & 1 for k in np.flatnonzero(exact))
