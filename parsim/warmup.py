@@ -81,7 +81,8 @@ def compile_kernels() -> None:
     walls and a pour (the narrow phase of boxes and capsules comes last, so that a helper's
     :func:`compile_helper_part` may have saved it by then); the springs a checkpoint or a
     migration takes along; a box overlapping a plane at the start (the overlap warning's
-    kernel); a hash grid losing half its bodies at once; spheres deleted by outflow. The
+    kernel); both builds of the hash grid's detection; a hash grid losing half its bodies at
+    once; spheres deleted by outflow. The
     threaded builds are left to their first use (:mod:`parsim.compile_watch`). Warnings of
     these scenes are not shown."""
     scene = tomllib.loads(_SCENE)
@@ -96,6 +97,7 @@ def compile_kernels() -> None:
         sim = _run_scene(scene)
         sim.nl.export_touching()           # a checkpoint's springs (and a migration's)
         _pressed_box()
+        _detection_builds()
         _bulk_removal()
         _outflow()
 
@@ -155,6 +157,21 @@ def _far_listing(sim) -> None:
     _accumulate_far(no, nl.ptr, nl.entry, nl.live, False, nl.touched, nl.pout, st.flags,
                     st.mass, sim.gravity, st.force, st.torque, sim._keep_rows, nl.kept_gravity,
                     nl.pa, nl.pb, nl.listed, nl.n_listed)
+
+
+def _detection_builds() -> None:
+    """Both builds of the hash grid's detection (``hashgrid_detect``): a grid tries the one
+    that sweeps sparse grids body by body first and every ``FLAT_RECHECK`` calls, so a run
+    may reach either at any rebuild. A dense grid runs the first, then the plain one."""
+    import numpy as np
+
+    from .broadphase import HierarchicalHashGrid
+
+    bp = HierarchicalHashGrid()
+    c = np.random.default_rng(0).uniform(0.0, 2.0, (200, 3))
+    bp.add(np.arange(200, dtype=np.int64), c - 0.25, c + 0.25)
+    bp.pairs()
+    bp.pairs()
 
 
 def _bulk_removal() -> None:

@@ -79,6 +79,9 @@ def test_the_helpers_kernels_are_the_ones_the_warm_up_needs():
     # and the helper leaves the hash grid's detection to rank 0 (no work done twice)
     assert "parsim.broadphase.hashgrid_detect.find_pairs_rows" not in helper
     assert after.get("parsim.broadphase.hashgrid_detect.find_pairs_rows")
+    # both builds of it (the one for sparse grids tried first and now and then)
+    assert after.get("parsim.broadphase.hashgrid_detect.find_pairs_rows_flat") == \
+        after.get("parsim.broadphase.hashgrid_detect.find_pairs_rows")
 
 
 class _FakeNet:

@@ -37,7 +37,11 @@ neighbouring cells meets once, and each overlapping pair is reported once.
 
 A sparse grid whose bodies probe no coarser grid (``FLAT_PER_ROW``) skips the row loop:
 ``flat_sweep`` runs one loop over its bodies, each against its whole runs, filtered by a float32
-test of sixteen lanes along x (very polydisperse: detection 0.67-0.69 -> 0.57-0.59 ms).
+test of sixteen lanes along x (very polydisperse: detection 0.67-0.69 -> 0.57-0.59 ms). That
+takes a build of its own, ``find_pairs_rows_flat`` (the same source with ``_FLAT`` on); the
+plain build, without those branches, serves the scenes with no such grid: every placement of
+the switch in the one kernel tried cost their row loop 1-5 % (dense scenes, the scaling study).
+The caller picks the build (``HierarchicalHashGrid._pairs``).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .hashgrid_kernels import ID_BITS, SCAN_COARSE_MAX, _coord
 from .prefetch import prefetch
+from ..parallel import variant
 from .simd import LANES, count_below8, overlap_mask4, overlap_mask8, overlap_x8, overlap_x16f
 
 #: the four rows of three x cells among the 13 half neighbours of a cell, as (dy, dz)
@@ -82,6 +87,10 @@ FLAT_ROW_MAX = 16
 
 #: float32 x bounds (``fx``) past the last compact entry: ``flat_sweep`` reads sixteen lanes
 FX_PAD = 16
+
+#: False in ``find_pairs_rows``, True in ``find_pairs_rows_flat``: whether sparse grids are swept
+#: by ``flat_sweep`` (numba folds the branches on it)
+_FLAT = False
 
 #: ``toff`` of a row without an x table
 NO_TABLE = -(1 << 62)
@@ -226,13 +235,14 @@ def flat_sweep(rows, keys, box, fx, cid, rb, by, bz, shift_row, out, st):
 
 @njit(cache=True)
 def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, cid, xs, fx,
-                    rows, ptab, toff, ctab, out):
+                    flags, rows, ptab, toff, ctab, out):
     """Every overlapping pair once (Algorithm 4), through bodies sorted into rows of cells.
 
     Scratch, caller-owned and reused between calls: ``words``, ``tmp`` (int64) of at least
     ``n_slots`` entries, ``cid`` (int64) and ``xs`` (int32) of ``n_slots + LANES``; ``box``
     float64[6, >= n_slots + BOX_PAD] (the compact lo x, y, z, hi x, y, z); ``fx``
-    float32[2, >= n_slots + FX_PAD] (lo x and hi x as float32, for ``flat_sweep``); ``rows``
+    float32[2, >= n_slots + FX_PAD] (lo x and hi x as float32, for ``flat_sweep``); ``flags``
+    int64[1]: ``find_pairs_rows_flat`` writes 1 there if it swept a grid so, else 0; ``rows``
     int64 and ``ptab`` int32 of the sizes ``table_sizes(G)``. After the sorts, row ``r`` of the
     grids (grid rank, then z, then y) holds compact entries ``rows[r] : rows[r + 1]``, sorted
     by the cells' x index ``xs`` (unless every grid is swept by ``flat_sweep``), with ids
@@ -271,30 +281,32 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         cnt_x[x + 1] += 1
         rows[row + 1] += 1
         m += 1
-    # the grids swept by flat_sweep (by rank; see FLAT_PER_ROW)
-    flat = np.zeros(max(ng, 1), dtype=np.bool_)
-    any_flat = False
-    for r in range(ng):
-        g = G.order[r]
-        probe = False
-        for r2 in range(r + 1, ng):
-            probe |= G.count[G.order[r2]] > SCAN_COARSE_MAX
-        n_rows_g = np.int64(1) << (G.bits[g, 1] + G.bits[g, 2])
-        if probe or min(G.bits[g, 1], G.bits[g, 2]) < 2 or G.count[g] > FLAT_PER_ROW * n_rows_g:
-            continue
-        longest = 0
-        occupied = 0
-        for hr in range(row0[g], row0[g] + n_rows_g):  # (rows[hr + 1]: row hr's count, yet)
-            longest = max(longest, rows[hr + 1])
-            occupied += rows[hr + 1] > 0
-        flat[r] = longest <= FLAT_ROW_MAX and G.count[g] <= FLAT_PER_ROW * occupied
-        any_flat |= flat[r]
-    all_flat = True
-    for r in range(ng):
-        all_flat &= flat[r] or G.count[G.order[r]] == 0
+    # the grids swept by flat_sweep (by rank; see FLAT_PER_ROW): in find_pairs_rows_flat only
+    all_flat = False
+    if _FLAT:
+        flat = np.zeros(max(ng, 1), dtype=np.bool_)
+        any_flat = False
+        for r in range(ng):
+            g = G.order[r]
+            probe = False
+            for r2 in range(r + 1, ng):
+                probe |= G.count[G.order[r2]] > SCAN_COARSE_MAX
+            n_rows_g = np.int64(1) << (G.bits[g, 1] + G.bits[g, 2])
+            if probe or min(G.bits[g, 1], G.bits[g, 2]) < 2 or G.count[g] > FLAT_PER_ROW * n_rows_g:
+                continue
+            longest = 0
+            occupied = 0
+            for hr in range(row0[g], row0[g] + n_rows_g):  # (rows[hr + 1]: row hr's count, yet)
+                longest = max(longest, rows[hr + 1])
+                occupied += rows[hr + 1] > 0
+            flat[r] = longest <= FLAT_ROW_MAX and G.count[g] <= FLAT_PER_ROW * occupied
+            any_flat |= flat[r]
+        all_flat = True
+        for r in range(ng):
+            all_flat &= flat[r] or G.count[G.order[r]] == 0
+        flags[0] = any_flat
     # 2. counting sort by x (stable), then by row (stable): rows of cells, each sorted by x;
-    # by row only if every grid is swept by flat_sweep, which needs no x order (the keys end
-    # in words, not in tmp: ``srt``)
+    # by row only if every grid is swept by flat_sweep, which needs no x order
     if not all_flat:
         for x in range(xmask_all + 1):
             cnt_x[x + 1] += cnt_x[x]
@@ -303,15 +315,15 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
             x = (w >> ID_BITS) & xmask_all
             words[cnt_x[x]] = w
             cnt_x[x] += 1
-    src = tmp if all_flat else words
-    srt = words if all_flat else tmp
+    else:  # (the keys back into words, so that the scatter below reads them there)
+        words[:m] = tmp[:m]
     for r in range(n_rows):
         rows[r + 1] += rows[r]
     # scatter by row; rows[r] advances to the end of row r, so it is shifted back afterwards
     for i in range(m):
-        w = src[i]
+        w = words[i]
         r = w >> shift_row
-        srt[rows[r]] = w
+        tmp[rows[r]] = w
         rows[r] += 1
     for r in range(n_rows, 0, -1):
         rows[r] = rows[r - 1]
@@ -332,13 +344,13 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
     # scenario's pairs() took 1.10x as long: three runs, alternated in one process, 2026-11-27)
     for j in range(m):
         if j + PF_GATHER < m:
-            sp = srt[j + PF_GATHER] & slot_mask
+            sp = tmp[j + PF_GATHER] & slot_mask
             prefetch(lo_flat, 3 * sp)
             prefetch(lo_flat, 3 * sp + 2)
             prefetch(hi_flat, 3 * sp)
             prefetch(hi_flat, 3 * sp + 2)
             prefetch(ids, sp)
-        w = srt[j]
+        w = tmp[j]
         s = w & slot_mask
         LX[j] = lo[s, 0]
         LY[j] = lo[s, 1]
@@ -346,14 +358,15 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         HX[j] = hi[s, 0]
         HY[j] = hi[s, 1]
         HZ[j] = hi[s, 2]
-        if any_flat:  # (here: a pass of its own took 30-50 us more, very polydisperse)
+        if _FLAT:  # (here: a pass of its own took 30-50 us more, very polydisperse)
             FL[j] = np.float32(lo[s, 0])
             FH[j] = np.float32(hi[s, 0])
         cid[j] = ids[s]
         xs[j] = (w >> ID_BITS) & xmask_all
-    for j in range(m, m + FX_PAD):
-        FL[j] = np.inf
-        FH[j] = -np.inf
+    if _FLAT:
+        for j in range(m, m + FX_PAD):
+            FL[j] = np.inf
+            FH[j] = -np.inf
     # boxes that overlap nothing after the last (BOX_PAD)
     for j in range(m, m + BOX_PAD):
         LX[j] = np.inf
@@ -644,13 +657,13 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
         coarse_probe = False
         for r2 in range(r + 1, ng):
             coarse_probe |= G.count[G.order[r2]] > SCAN_COARSE_MAX
-        # a sparse coarser grid: its bodies against every finer body, which precede them
-        if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
-            fine_end = rows[rb]
-            for a in range(fine_end, rows[rb + ny * nz]):
-                scan_all(a, fine_end)
-        if flat[r]:
-            flat_sweep(rows, srt, box, fx, cid, rb, by, G.bits[g, 2], shift_row, out, st)
+        if _FLAT and flat[r]:
+            # (with a sparse coarser grid's scan, as below)
+            if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
+                fine_end = rows[rb]
+                for a in range(fine_end, rows[rb + ny * nz]):
+                    scan_all(a, fine_end)
+            flat_sweep(rows, tmp, box, fx, cid, rb, by, G.bits[g, 2], shift_row, out, st)
             continue
         for zi in range(nz + 1):
             # the x tables of the long rows of plane zi, two planes kept (by parity); plane 0
@@ -783,4 +796,13 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
                     if coarse_probe:
                         k = coarse_windows(r, a, k)
                     run_windows(a, k, narrow)
+        # a sparse coarser grid: its bodies against every finer body, which precede them
+        if r > 0 and 0 < G.count[g] <= SCAN_COARSE_MAX:
+            fine_end = rows[rb]
+            for a in range(fine_end, rows[rb + ny * nz]):
+                scan_all(a, fine_end)
     return st[1] + st[0]
+
+
+#: ``find_pairs_rows`` with the sparse grids swept by ``flat_sweep`` (see the module's notes)
+find_pairs_rows_flat = variant(find_pairs_rows.py_func, "_flat", _FLAT=True)

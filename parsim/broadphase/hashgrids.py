@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from . import hashgrid_kernels as K
-from .hashgrid_detect import BOX_PAD, FX_PAD, find_pairs_rows, table_sizes
+from .hashgrid_detect import BOX_PAD, FX_PAD, find_pairs_rows, find_pairs_rows_flat, table_sizes
 from .base import BroadPhase, BroadPhaseError, check_boxes, collect_pairs
 from .brute_force import all_pairs, scan_box, scan_ray
 
@@ -102,6 +102,10 @@ class HierarchicalHashGrid(BroadPhase):
         self._stamp = np.zeros(1, dtype=np.int64)
         self._last_pairs = 0  # sizes the next pair buffer
         self._scratch = self._new_scratch(0)  # detection's compact arrays, reused between calls
+        # which build of the detection runs next (see _pairs)
+        self._flat_hint = True
+        self._flat_wait = 0
+        self._flag = np.zeros(1, dtype=np.int64)
         self._tables = self._new_tables(1, 1, 0)  # detection's row and x tables (grow with grids)
         self._new_cell = np.empty(0, dtype=np.int64)  # update's new cells, reused between calls
         # _prepare_grids' shortcut: the grids [0, _ng_ready) have cells, and each holds up to
@@ -372,6 +376,10 @@ class HierarchicalHashGrid(BroadPhase):
         self._b_grid[slots] = grids
         self._place(slots)
 
+    #: calls of the plain detection build between two looks of the other for a sparse grid
+    #: (``_pairs``); such a look costs a dense scene a few per cent of one call
+    FLAT_RECHECK = 64
+
     #: (the incremental update checks the boxes in its first pass, the others here)
     _update_checks_boxes = True
 
@@ -440,9 +448,18 @@ class HierarchicalHashGrid(BroadPhase):
                 or t[3].shape[0] < self._coarse_entries(b.n)):
             self._tables = self._new_tables(max(n_rows, t[0].shape[0]), max(n_xtab, t[1].shape[0]),
                                             b.capacity)
+        # the build that sweeps sparse grids body by body while the last one it ran swept one,
+        # else the plain build, with a look every FLAT_RECHECK calls (hashgrid_detect's notes)
+        flat = self._flat_hint or self._flat_wait <= 0
         pairs, self._last_pairs = collect_pairs(
-            find_pairs_rows, (b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G,
-                              *self._scratch, *self._tables), self._last_pairs)
+            find_pairs_rows_flat if flat else find_pairs_rows,
+            (b.ids, b.lo, b.hi, b.n, self._b_grid, self._b_cell, self._G, *self._scratch,
+             self._flag, *self._tables), self._last_pairs)
+        if flat:
+            self._flat_hint = bool(self._flag[0])
+            self._flat_wait = self.FLAT_RECHECK
+        else:
+            self._flat_wait -= 1
         return pairs
 
     def _query_box(self, lo, hi):

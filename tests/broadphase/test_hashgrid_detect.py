@@ -342,3 +342,46 @@ def test_a_sparse_grid_with_a_long_row_is_swept_by_rows():
     bp.add(ids, lo, hi)
     assert row_lengths(bp)[0].max() > FLAT_ROW_MAX and not is_flat(bp)
     check(bp, ids, lo, hi, "sparse grid with a long row")
+
+
+def test_the_detection_build_follows_the_scene(monkeypatch):
+    # HierarchicalHashGrid._pairs runs find_pairs_rows_flat while the last call of it swept a
+    # grid body by body, else the plain build, and looks again every FLAT_RECHECK calls; on a
+    # sparse scene the plain build (the row loop) gives the same pairs as the flat one
+    import parsim.broadphase.hashgrids as H
+
+    calls = []
+
+    def counted(kernel, name):
+        def run(*args):
+            calls.append(name)
+            return kernel(*args)
+        return run
+
+    monkeypatch.setattr(H, "find_pairs_rows", counted(H.find_pairs_rows, "plain"))
+    monkeypatch.setattr(H, "find_pairs_rows_flat", counted(H.find_pairs_rows_flat, "flat"))
+    monkeypatch.setattr(H.HierarchicalHashGrid, "FLAT_RECHECK", 3)
+    rng = np.random.default_rng(14)
+    n = 600
+    sparse = rng.uniform(-12, 12, (n, 3))
+    dense = rng.uniform(-3, 3, (n, 3))
+    ids = np.arange(n, dtype=np.int64)
+    bp = hhg(initial_cells=16, min_grid_density=1e-6)
+    bp.add(ids, sparse - 0.375, sparse + 0.375)
+    assert is_flat(bp)
+    for _ in range(3):
+        check(bp, ids, sparse - 0.375, sparse + 0.375, "sparse")
+    assert calls == ["flat"] * 3
+    bp.update(ids, dense - 0.375, dense + 0.375)
+    assert not is_flat(bp)
+    calls.clear()
+    bp._last_pairs = 10 ** 5  # (a buffer large enough: no second run of a kernel in a call)
+    for _ in range(6):
+        check(bp, ids, dense - 0.375, dense + 0.375, "dense")
+    assert calls == ["flat", "plain", "plain", "plain", "flat", "plain"]
+    # the plain build on the sparse scene
+    bp.update(ids, sparse - 0.375, sparse + 0.375)
+    bp._flat_hint, bp._flat_wait = False, 10
+    calls.clear()
+    check(bp, ids, sparse - 0.375, sparse + 0.375, "sparse, plain build")
+    assert calls == ["plain"]
