@@ -545,8 +545,8 @@ def find_pairs_rows(ids, lo, hi, n_slots, b_grid, b_cell, G, words, tmp, box, ci
             if n + LANES < n_out - 1:
                 for k in range(LANES):
                     ib = cid[b + k]
-                    out[n, 0] = min(ia, ib)
-                    out[n, 1] = max(ia, ib)
+                    out[_IX(n), 0] = min(ia, ib)
+                    out[_IX(n), 1] = max(ia, ib)
                     n += (msk >> k) & 1
             else:
                 while msk != 0:
