@@ -126,6 +126,24 @@ def table_sizes(G):
     return rows, xtab
 
 
+@njit(cache=True, inline="always")
+def _emit(out, cid, ia, q, msk, n, over):
+    """``flat_sweep``'s pairs of the body of id ``ia`` with the entries q + k of the set bits k
+    of ``msk``, written from row ``n`` of ``out`` as ``find_pairs_rows`` writes them (on
+    overflow counting on in ``over``, from row 0 again); returns the new (n, over). Inlined
+    by numba: the same code as written out at each of its two calls."""
+    while msk != 0:
+        ib = cid[q + trailing_zeros(msk)]
+        out[n, 0] = min(ia, ib)
+        out[n, 1] = max(ia, ib)
+        n += 1
+        if n == out.shape[0] - 1:  # overflow: keep counting, the caller retries
+            over += n
+            n = 0
+        msk &= msk - 1
+    return n, over
+
+
 @njit(cache=True)
 def flat_sweep(rows, keys, box, fx, cid, rb, by, bz, shift_row, out, st):
     """Every pair of the bodies of a sparse grid (rows ``rb`` to ``rb + 2**(by + bz)``; see
@@ -161,7 +179,6 @@ def flat_sweep(rows, keys, box, fx, cid, rb, by, bz, shift_row, out, st):
     FH = fx[1]
     my = (np.int64(1) << by) - 1
     mz = (np.int64(1) << bz) - 1
-    n_out = out.shape[0]
     n = st[0]
     over = st[1]
     run0 = np.empty(4, dtype=np.int64)  # the runs of a body of a row at the wrap
@@ -193,15 +210,7 @@ def flat_sweep(rows, keys, box, fx, cid, rb, by, bz, shift_row, out, st):
                     qh = (b if h < 2 else p1s) + (h & 1) * LANES
                     msk = f & overlap_mask8(LX, LY, LZ, HX, HY, HZ, qh, LX[a], LY[a], LZ[a],
                                             HX[a], HY[a], HZ[a])
-                    while msk != 0:
-                        ib = cid[qh + trailing_zeros(msk)]
-                        out[n, 0] = min(ia, ib)
-                        out[n, 1] = max(ia, ib)
-                        n += 1
-                        if n == n_out - 1:  # overflow: keep counting, the caller retries
-                            over += n
-                            n = 0
-                        msk &= msk - 1
+                    n, over = _emit(out, cid, ia, qh, msk, n, over)
                 continue
             run0[0], run1[0], run0[1], run1[1] = b, oe, p1s, p1e
             nr = 2
@@ -232,15 +241,7 @@ def flat_sweep(rows, keys, box, fx, cid, rb, by, bz, shift_row, out, st):
                     msk = overlap_mask8(LX, LY, LZ, HX, HY, HZ, qh, LX[a], LY[a], LZ[a],
                                         HX[a], HY[a], HZ[a])
                     msk &= (f >> (h * LANES)) & 0xFF
-                    while msk != 0:
-                        ib = cid[qh + trailing_zeros(msk)]
-                        out[n, 0] = min(ia, ib)
-                        out[n, 1] = max(ia, ib)
-                        n += 1
-                        if n == n_out - 1:  # overflow: keep counting, the caller retries
-                            over += n
-                            n = 0
-                        msk &= msk - 1
+                    n, over = _emit(out, cid, ia, qh, msk, n, over)
     st[0] = n
     st[1] = over
 

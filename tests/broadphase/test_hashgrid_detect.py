@@ -385,3 +385,37 @@ def test_the_detection_build_follows_the_scene(monkeypatch):
     calls.clear()
     check(bp, ids, sparse - 0.375, sparse + 0.375, "sparse, plain build")
     assert calls == ["plain"]
+
+
+@pytest.mark.parametrize("scene", ["sparse", "dense"])
+def test_a_pair_buffer_too_small_is_counted_past_and_retried(monkeypatch, scene):
+    # the detection's first buffer holds 8 rows: each build counts on past the end (from row 0
+    # again) and returns the true count, the caller runs it once more with that size; the
+    # pairs equal the oracle's either way (flat_sweep's writes and the row loop's)
+    import parsim.broadphase.hashgrids as H
+    from parsim.broadphase.base import collect_pairs
+
+    sizes = []
+
+    def small_first(kernel, args, expected):
+        out = np.empty((8, 2), dtype=np.int64)
+        m = kernel(*args, out)
+        sizes.append(m)
+        return collect_pairs(kernel, args, m)
+
+    monkeypatch.setattr(H, "collect_pairs", small_first)
+    rng = np.random.default_rng(15)
+    n = 600
+    c = rng.uniform(-12, 12, (n, 3)) if scene == "sparse" else rng.uniform(-3, 3, (n, 3))
+    c = np.concatenate([c, np.zeros((1, 3))])
+    size = np.concatenate([np.full(n, 0.75), [9.0]])[:, None]
+    lo, hi = c - size / 2, c + size / 2
+    ids = np.arange(n + 1, dtype=np.int64)
+    bp = hhg(initial_cells=16, min_grid_density=1e-6)
+    bp.add(ids, lo, hi)
+    assert is_flat(bp) == (scene == "sparse")
+    expected = orc.pairs(ids, lo, hi)
+    assert len(expected) > 50
+    for _ in range(2):  # the first build, then the one the flag picks
+        check(bp, ids, lo, hi, f"{scene}, small buffer")
+    assert sizes == [len(expected)] * 2
