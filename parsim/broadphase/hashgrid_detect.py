@@ -37,7 +37,7 @@ neighbouring cells meets once, and each overlapping pair is reported once.
 
 A sparse grid whose bodies probe no coarser grid (``FLAT_PER_ROW``) skips the row loop:
 ``flat_sweep`` runs one loop over its bodies, each against its whole runs, filtered by a float32
-test of sixteen lanes along x (very polydisperse: detection 0.67-0.69 -> 0.57-0.59 ms). That
+test of sixteen lanes along x (very polydisperse: detection 0.67-0.69 -> 0.51-0.53 ms). That
 takes a build of its own, ``find_pairs_rows_flat`` (the same source with ``_FLAT`` on); the
 plain build, without those branches, serves the scenes with no such grid: every placement of
 the switch in the one kernel tried cost their row loop 1-5 % (dense scenes, the scaling study).

@@ -1,5 +1,6 @@
-"""An 8-wide AABB overlap test usable in numba kernels: ``overlap_mask8(...)``; and an 8-wide
-count of the x indices below a bound, for the windows of short rows: ``count_below8(...)``.
+"""An 8-wide AABB overlap test usable in numba kernels: ``overlap_mask8(...)``; an 8-wide count
+of the x indices below a bound, for the windows of short rows: ``count_below8(...)``; and a
+16-wide test along x on float32 copies, the filter of sparse grids: ``overlap_x16f(...)``.
 
 The detection step tests one box against short runs of candidate boxes (a few bodies of three
 neighbouring cells). Scalar, each candidate costs a loop trip whose exit the branch predictor
