@@ -546,9 +546,16 @@ class Handler:
         return {}
 
     def cmd_ar_rep(self):
-        """One repetition: ``AR_WORK // N`` (at least 1) fresh structures in a row, each given all
-        bodies in one ``add`` and then emptied by one ``remove``; returns the mean times per
-        structure and, apart, those of the first one (right after the worker woke up)."""
+        """One repetition: one structure right after the worker woke up (timed apart), then
+        ``AR_WORK // N`` (at least 1) fresh structures in a row, each given all bodies in one
+        ``add`` and then emptied by one ``remove``; returns the mean times per structure of the
+        latter and the times of the first.
+
+        The first one takes the wake-up's costs: cold caches and, on a virtual machine whose
+        balloon hands idle memory back to the host, the host's first touch of memory that lay
+        free while the worker waited (at 1e6 bodies 93 -> 416 ns/body for 0 -> 5 s of idle,
+        ``bench_first_touch.py``). The ones after it are fresh too (new arrays, the kernel's
+        page faults), on memory the host has just backed, as in a run that does not sleep."""
         d = self.data
         lo, hi = d.aabbs(0)
         rm = d.ids[self.ar_perm]
@@ -559,22 +566,25 @@ class Handler:
             from scipy.spatial import cKDTree
             gc.disable()
             times = []
-            for _ in range(batch):
+            for _ in range(batch + 1):
                 t0, c0 = time.perf_counter(), time.process_time()
                 cKDTree(c, **KDTreeRef.tree_kw)
                 t1, c1 = time.perf_counter(), time.process_time()
                 times.append((t1 - t0, c1 - c0))
             gc.enable()
+            first, times = times[0], times[1:]
             return {"add_s": sum(t[0] for t in times) / batch,
                     "add_cpu_s": sum(t[1] for t in times) / batch, "remove_s": None,
-                    "nbytes": None, "add_first_s": times[0][0], "batch": batch}
+                    "nbytes": None, "add_first_s": first[0], "batch": batch}
         gc.disable()
         times = []
         ok = True
         nb = None
         try:
-            for _ in range(batch):
+            faults = 0
+            for j in range(batch + 1):
                 bp = self.make()
+                f0 = _minor_faults()
                 t0, c0 = time.perf_counter(), time.process_time()
                 bp.add(d.ids, lo, hi)
                 t1, c1 = time.perf_counter(), time.process_time()
@@ -584,9 +594,12 @@ class Handler:
                 t2, c2 = time.perf_counter(), time.process_time()
                 bp.remove(rm)
                 t3, c3 = time.perf_counter(), time.process_time()
+                if j:
+                    faults += _minor_faults() - f0
                 ok = ok and len(bp) == 0
                 times.append((t1 - t0, t3 - t2, c1 - c0, c3 - c2))
                 del bp
+            first, times = times[0], times[1:]
             # the same on one reused structure: filled and emptied once untimed, then ``batch``
             # timed rounds. Its memory is allocated and touched by then, so this is the cost of
             # the edits alone (a simulator's migrations), without the first-touch page faults
@@ -610,8 +623,8 @@ class Handler:
             gc.enable()
         mean = [sum(t[k] for t in times) / batch for k in range(4)]
         return {"add_s": mean[0], "remove_s": mean[1], "add_cpu_s": mean[2], "remove_cpu_s": mean[3],
-                "nbytes": nb, "len_ok": ok, "add_first_s": times[0][0],
-                "remove_first_s": times[0][1], "batch": batch,
+                "nbytes": nb, "len_ok": ok, "add_first_s": first[0],
+                "remove_first_s": first[1], "batch": batch, "faults": faults / batch,
                 "add_warm_s": sum(t[0] for t in warm) / batch,
                 "remove_warm_s": sum(t[1] for t in warm) / batch}
 
@@ -619,6 +632,13 @@ class Handler:
 # ============================================================================================
 # parent side
 # ============================================================================================
+
+def _minor_faults() -> int:
+    """Minor page faults of this process so far: a fresh structure's first touches of its
+    memory (one per 4 KiB page, one per 2 MiB where the kernel gives transparent huge pages)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
 
 def median(xs):
     xs = [x for x in xs if x is not None]
@@ -850,6 +870,8 @@ class Runner:
             if first:
                 r["addremove_first_ns_per_body"] = median(first) / n * 1e9
             r["batch"] = d[0].get("batch") if d else None
+            r["faults_per_body"] = median([x.get("faults") / n if x.get("faults") is not None
+                                           else None for x in d])
             if r["status"] == "ok" and not d:
                 r["status"] = "timeout"
             r["elapsed_s"] = elapsed[c["label"]]
@@ -1107,17 +1129,29 @@ def print_step_case(case, title):
 AR_WORK = 100_000
 
 AR_HEADERS = ["structure", "status", "setup (add all)", "remove all", "add+remove ns/body",
-              "add+remove CPU ns/body", "reused: add+remove ns/body", "1st of batch ns/body", "batch", "B/body"]
+              "add+remove CPU ns/body", "reused: add+remove ns/body", "on waking: add+remove ns/body", "batch", "B/body",
+              "page faults / 1k bodies"]
 
 
 def _first_of_batch(pts) -> str:
-    """The flatness of the first structure of each repetition alone (right after the worker
-    woke up), for the record next to the batched means that decide the target."""
+    """The flatness of the structure each repetition makes first, right after the worker woke
+    up (not in the batch's mean), for the record next to the batched means that decide the
+    target."""
     v = [r.get("addremove_first_ns_per_body") for _, r in pts]
     if not all(v):
         return ""
-    return ("; first structure of each repetition alone (after the worker woke up): max/min "
+    return ("; the structure made on waking (before the batch, apart): max/min "
             f"{max(v) / min(v):.2f}, " + ", ".join(f"{n:,}: {x:.0f}" for (n, _), x in zip(pts, v)))
+
+
+def _faults(pts) -> str:
+    """The page faults behind the fresh structures' times (the kernel's first touches of
+    their memory), for the record next to the times."""
+    v = [r.get("faults_per_body") for _, r in pts]
+    if any(x is None for x in v):
+        return ""
+    return ("; page faults per 1,000 bodies (fresh structure, add + remove): "
+            + ", ".join(f"{n:,}: {1e3 * x:.1f}" for (n, _), x in zip(pts, v)))
 
 
 def ar_rows(case):
@@ -1131,7 +1165,8 @@ def ar_rows(case):
                      f"{r['addremove_warm_ns_per_body']:.0f}" if r.get("addremove_warm_ns_per_body") else "-",
                      f"{r['addremove_first_ns_per_body']:.0f}" if r.get("addremove_first_ns_per_body") else "-",
                      f"{r['batch']}" if r.get("batch") else "-",
-                     f"{r['bytes_per_body']:.0f}" if r.get("bytes_per_body") else "-"])
+                     f"{r['bytes_per_body']:.0f}" if r.get("bytes_per_body") else "-",
+                     f"{1e3 * r['faults_per_body']:.1f}" if r.get("faults_per_body") is not None else "-"])
     return rows
 
 
@@ -1243,7 +1278,7 @@ def compute_targets(studies, mode):
             add(f"HHG add+remove per body, max/min over N={pts[0][0]:,}..{pts[-1][0]:,}", "<= 2 (flat)",
                 lambda v: v <= 2.0, lambda v: f"{v:.2f}", vals[0], vals[1],
                 "wall ns/body: " + ", ".join(f"{n:,}: {r['addremove_ns_per_body']:.0f}" for n, r in pts)
-                + _first_of_batch(pts))
+                + _faults(pts) + _first_of_batch(pts))
             w = [r.get("addremove_warm_ns_per_body") for _, r in pts]
             add(f"HHG add+remove per body on a reused structure, max/min over N={pts[0][0]:,}..{pts[-1][0]:,}",
                 "<= 2 (flat)", lambda v: v <= 2.0, lambda v: f"{v:.2f}",
@@ -1496,10 +1531,19 @@ STUDY_TEXT = {
         "A repetition makes `batch` = max(1, 100,000 // N) fresh structures in a row (so that every "
         "repetition handles about 1e5 bodies, as timeit repeats a short statement), each given all N "
         "bodies in one `add` call (setup time) and then emptied by one `remove` call in random "
-        "order; the times are the means per structure, medians over the repetitions. '1st of batch' "
-        "is the first structure of each repetition alone: the worker has just woken up from waiting "
-        "for the next request (its caches hold the other structure's data), which at N = 1,000 "
-        "costs about as much as the work itself. 'B/body' = `nbytes / N` right after the add. For "
+        "order; the times are the means per structure, medians over the repetitions. Before "
+        "them each repetition makes one more structure of the same N, timed apart ('on waking', "
+        "not in the mean): the worker has just woken up from waiting for the next request, with "
+        "its caches holding the other structures' data and, on a virtual machine whose balloon "
+        "hands idle memory back to the host (this one), memory the host must back again on first "
+        "touch (at 1e6 bodies 93 -> 416 ns/body for 0 -> 5 s of idle: "
+        "[first_touch.md](first_touch.md)); the batch after it is fresh too (new arrays, the "
+        "kernel's page faults) but runs on memory the host has just backed, as a run that does "
+        "not sleep does. 'B/body' = `nbytes / N` right after the add. "
+        "'page faults' = the worker's minor page faults during the fresh structures' add + remove "
+        "(`getrusage`), per 1,000 bodies: one per 4 KiB page first touched, one per 2 MiB where the "
+        "kernel gives a transparent huge page (numpy asks for them, `madvise`, for arrays of 4 MiB "
+        "and more); a fresh structure's time at 1e6 bodies depends on which it gets. For "
         "cKDTree the setup column is the tree build on the centres (no incremental add/remove)."),
     "hierarchy": (
         "HHG hierarchy factor (thesis Figs. 23, 24)",

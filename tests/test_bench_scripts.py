@@ -30,6 +30,8 @@ SMALLEST = {
     "bench_contention": (["--cases", "S1w:4", "--repeats", "1", "--steps", "20", "--warm", "5",
                           "--lockstep"], "contention"),
     "bench_dem": (["--quick", "--peers"], "dem"),
+    "bench_first_touch": (["--sizes", "1000", "--idle", "0", "0.1", "--repeats", "1",
+                           "--touch-mib", "8"], "first_touch"),
     "bench_halo_exchange": (["--repeats", "1"], "halo_exchange"),
     "bench_hhg_neighbours": (["--sizes", "1000"], "hhg_neighbours"),
     "bench_latency": (["--gaps", "0", "30", "--iters", "50", "--repeats", "1"], "latency"),
