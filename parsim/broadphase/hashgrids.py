@@ -345,10 +345,12 @@ class HierarchicalHashGrid(BroadPhase):
         self._n_dirty = 0
         self._edit(K.MOVE, slots, self._b_cell[slots].astype(np.int64))
 
-    def _activate(self, grids=None) -> None:
-        """Build the grids over every stored body (``grids``: their grid ids, if known)."""
+    def _activate(self, grids=None, slots=None) -> None:
+        """Build the grids over every stored body (``grids``: their grid ids, if known;
+        ``slots``: 0..n-1, if at hand)."""
         b = self.bodies
-        slots = np.arange(b.n, dtype=np.int64)
+        if slots is None:
+            slots = np.arange(b.n, dtype=np.int64)
         if grids is None:
             grids = self._assign(b.lo, b.hi, slots)
         self._b_grid[: b.n] = grids
@@ -364,12 +366,17 @@ class HierarchicalHashGrid(BroadPhase):
             b.append(ids, lo, hi)
             return
         if not self._active:
-            # validate everything before storing anything
-            all_lo = np.concatenate([b.lo[: b.n], lo])
-            all_hi = np.concatenate([b.hi[: b.n], hi])
-            grids = self._assign(all_lo, all_hi, np.arange(n_total, dtype=np.int64))
+            # validate everything before storing anything (a fresh structure's first add, with
+            # nothing stored yet, needs no copy of the boxes: 48 bytes per body less to write)
+            if b.n:
+                all_lo = np.concatenate([b.lo[: b.n], lo])
+                all_hi = np.concatenate([b.hi[: b.n], hi])
+            else:
+                all_lo, all_hi = lo, hi
+            every = np.arange(n_total, dtype=np.int64)
+            grids = self._assign(all_lo, all_hi, every)
             b.append(ids, lo, hi)
-            self._activate(grids)
+            self._activate(grids, every)
             return
         grids = self._assign(lo, hi, np.arange(ids.shape[0], dtype=np.int64))
         slots = b.append(ids, lo, hi)
