@@ -88,17 +88,7 @@ class HierarchicalHashGrid(BroadPhase):
         self._active = False
         self._G = K.new_grid_table()
         self._cells = np.empty(0, dtype=np.int32)
-        cap = self.bodies.capacity
-        self._b_grid = np.full(cap, -1, dtype=np.int8)
-        self._b_cell = np.zeros(cap, dtype=np.int32)   # each body's cell (detection reads it)
-        self._b_home = np.zeros(cap, dtype=np.int32)   # the cell of the container holding it
-        self._b_entry = np.zeros(cap, dtype=np.int32)
-        # bodies whose cell left their container's cell since the last _sync, each listed once
-        self._dirty = np.empty(cap, dtype=np.int32)
-        self._listed = np.zeros(cap, dtype=np.uint8)
-        self._n_dirty = 0
-        self._C = K.new_containers(cap)
-        self._P = K.new_pool(self._pool_blocks(cap))
+        self._new_body_arrays(self.bodies.capacity)
         self._stamp = np.zeros(1, dtype=np.int64)
         self._last_pairs = 0  # sizes the next pair buffer
         self._scratch = self._new_scratch(0)  # detection's compact arrays, reused between calls
@@ -162,6 +152,20 @@ class HierarchicalHashGrid(BroadPhase):
         # containers <= bodies and blocks <= containers + bodies / BLOCK: never overflows.
         return cap + cap // K.BLOCK + 16
 
+    def _new_body_arrays(self, cap: int) -> None:
+        """Empty per-body arrays, containers and block pool for ``cap`` bodies (only the
+        rows of stored bodies are read: np.empty, except the flags, which must start clear)."""
+        self._b_grid = np.full(cap, -1, dtype=np.int8)
+        self._b_cell = np.empty(cap, dtype=np.int32)   # each body's cell (detection reads it)
+        self._b_home = np.empty(cap, dtype=np.int32)   # the cell of the container holding it
+        self._b_entry = np.empty(cap, dtype=np.int32)
+        # bodies whose cell left their container's cell since the last _sync, each listed once
+        self._dirty = np.empty(cap, dtype=np.int32)
+        self._listed = np.zeros(cap, dtype=np.uint8)
+        self._n_dirty = 0
+        self._C = K.new_containers(cap)
+        self._P = K.new_pool(self._pool_blocks(cap))
+
     def _reserve(self, n_total: int) -> None:
         if n_total >= 1 << K.ID_BITS:
             raise BroadPhaseError(
@@ -170,6 +174,11 @@ class HierarchicalHashGrid(BroadPhase):
         if not self.bodies.reserve(n_total):
             return
         cap = self.bodies.capacity
+        if self.bodies.n == 0 and self._C.n[0] == 0:
+            # nothing stored (a fresh structure's first add): new arrays and nothing to copy;
+            # with no container, no block is in use and the pool starts over (as clear_all)
+            self._new_body_arrays(cap)
+            return
         for name in ("_b_grid", "_b_cell", "_b_home", "_b_entry", "_dirty", "_listed"):
             old = getattr(self, name)
             if name == "_b_grid":

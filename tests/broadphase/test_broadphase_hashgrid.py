@@ -778,3 +778,33 @@ def test_container_rows_stay_cache_line_aligned_as_the_grid_grows():
         bp.add(np.arange(n, n + batch), lo, hi)
         n += batch
         assert bp._C.row.ctypes.data % 64 == 0 and bp._C.row.shape[1] * 4 == 32
+
+
+@pytest.mark.parametrize("first", [10, 100])
+def test_emptied_structure_regrown_in_one_add(first):
+    """A structure emptied by removals (active grids, no body, no container) that then gets
+    more bodies than its store holds takes new, empty per-body arrays, containers and block
+    pool (nothing to copy); its grids and their cells stay. Pairs, queries and invariants
+    match the oracle through adds, updates and removals after it, and the same holds for a
+    fresh structure's first add of a batch above the activation threshold."""
+    t = Tracker(rng_seed=first)
+    rng = np.random.default_rng(first)
+    lo, hi = cubes(rng, first, 1.0, 12.0)
+    t.add(np.arange(first), lo, hi)
+    t.remove(np.arange(first)[::-1])
+    assert len(t.bp) == 0 and int(t.bp._C.n[0]) == 0
+    cap = t.bp.bodies.capacity
+    n = 4 * cap + 3
+    lo, hi = cubes(rng, n, 1.0, 25.0)
+    t.add(np.arange(1000, 1000 + n), lo, hi)      # beyond the store: the arrays are new
+    assert t.bp.bodies.capacity > cap and t.bp.active
+    ids = np.arange(1000, 1000 + n)
+    for _ in range(3):
+        mv = rng.choice(ids, n // 3, replace=False)
+        d = rng.normal(scale=0.7, size=(mv.size, 3))
+        mlo = np.array([t.model.boxes[i][0] for i in mv.tolist()])
+        mhi = np.array([t.model.boxes[i][1] for i in mv.tolist()])
+        t.update(mv, mlo + d, mhi + d)
+    t.remove(rng.choice(ids, n // 2, replace=False))
+    lo, hi = cubes(rng, 50, 3.0, 25.0)
+    t.add(np.arange(10**6, 10**6 + 50), lo, hi)
