@@ -354,14 +354,9 @@ class HierarchicalHashGrid(BroadPhase):
         self._n_dirty = 0
         self._edit(K.MOVE, slots, self._b_cell[slots].astype(np.int64))
 
-    def _activate(self, grids=None, slots=None) -> None:
-        """Build the grids over every stored body (``grids``: their grid ids, if known;
-        ``slots``: 0..n-1, if at hand)."""
+    def _activate(self, grids, slots) -> None:
+        """Build the grids over every stored body: ``grids`` their grid ids, ``slots`` 0..n-1."""
         b = self.bodies
-        if slots is None:
-            slots = np.arange(b.n, dtype=np.int64)
-        if grids is None:
-            grids = self._assign(b.lo, b.hi, slots)
         self._b_grid[: b.n] = grids
         self._active = True
         self._place(slots)
