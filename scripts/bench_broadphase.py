@@ -68,6 +68,7 @@ import gc  # noqa: E402
 import glob  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
+import resource  # noqa: E402
 import shlex  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -413,6 +414,12 @@ def count_cache_files(since=None):
     return n
 
 
+def _minor_faults() -> int:
+    """Minor page faults of this process so far: a fresh structure's first touches of its
+    memory (one per 4 KiB page, one per 2 MiB where the kernel gives transparent huge pages)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 class Handler:
     """Runs inside a worker: holds one candidate structure and the current case's bodies."""
 
@@ -632,13 +639,6 @@ class Handler:
 # ============================================================================================
 # parent side
 # ============================================================================================
-
-def _minor_faults() -> int:
-    """Minor page faults of this process so far: a fresh structure's first touches of its
-    memory (one per 4 KiB page, one per 2 MiB where the kernel gives transparent huge pages)."""
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
 
 def median(xs):
     xs = [x for x in xs if x is not None]
