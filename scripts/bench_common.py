@@ -39,6 +39,16 @@ def _run(cmd: list[str], cwd: str | None = None) -> str:
         return ""
 
 
+def run_command() -> str:
+    """The command line of this benchmark run as the reports state it: the script under
+    ``scripts/`` with this run's arguments, after the project's numba cache setting."""
+    import shlex
+
+    args = " ".join(shlex.quote(x) for x in sys.argv[1:])
+    return (f"NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/"
+            f"{os.path.basename(sys.argv[0])} {args}").strip()
+
+
 def use_repo(repo) -> None:
     """Make ``import parsim`` load the tree this script lives in (``repo``), not whichever copy
     is installed in the environment (an editable install points at one checkout only): a

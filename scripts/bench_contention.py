@@ -39,7 +39,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_common import compile_first, machine_info, pyplot, text_table, write_report  # noqa: E402
+from bench_common import compile_first, machine_info, pyplot, run_command  # noqa: E402
+from bench_common import text_table, write_report  # noqa: E402
 
 DEM = REPO / "scripts" / "bench_dem.py"
 
@@ -180,8 +181,7 @@ def main() -> int:
         rows.append(row + [str(a.repeats)])
     print(text_table(heads, rows, "two independent single-rank runs at once (no MPI)"))
     info = machine_info(str(REPO))
-    command = ("NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_contention.py "
-               + " ".join(sys.argv[1:]))
+    command = run_command()
     out = Path(a.out)
     write_report(out, "contention",
                  "The second core without communication: two single-rank runs at once",

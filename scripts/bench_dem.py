@@ -53,7 +53,7 @@ PEERS = Path(_OVERRIDE).resolve() if _OVERRIDE else REPO / "scripts" / "peers"
 BEDS = Path(_OVERRIDE).resolve() if _OVERRIDE else REPO / "configs" / "data"
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import machine_info, md_table, pyplot, text_table, write_report  # noqa: E402
-from bench_common import use_repo  # noqa: E402
+from bench_common import run_command, use_repo  # noqa: E402
 
 use_repo(REPO)  # measure this tree's parsim
 
@@ -252,14 +252,14 @@ def main() -> int:
             if "version" in r.get(tool, {}):
                 info[tool] = r[tool]["version"]
                 break
-    command = "NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_dem.py " + " ".join(sys.argv[1:])
+    command = run_command()
     report(results, a.peers, threads, info, command, Path(a.out))
     return 0
 
 
 def alternate(a) -> int:
     """``--pairs K``: per case K rounds of (each peer, parsim 1 thread), back to back."""
-    command = "NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_dem.py " + " ".join(sys.argv[1:])
+    command = run_command()
     cases = []
     for sc in a.scenarios:
         for n in a.sizes:

@@ -7,8 +7,9 @@ machine whose balloon driver hands memory freed for a while back to the host (th
 ``virtio_balloon``), first touching it again costs the host's work too, and that cost depends on
 how long the memory lay free, not on parsim. This script measures both, in one process:
 
-1. ``touch``: map 256 MiB (``np.empty``; ``--touch-mib``) and write one byte per 4 KiB page, after the memory of
-   the previous round lay free for ``idle`` seconds (the process slept): ns per 4 KiB page.
+1. ``touch``: map 256 MiB (``np.empty``; ``--touch-mib``) and write one byte per 4 KiB page,
+   after the memory of the previous round lay free for ``idle`` seconds (the process slept):
+   ns per 4 KiB page.
 2. ``fresh add+remove``: the same idle, then a fresh ``HierarchicalHashGrid`` given N bodies in
    one ``add`` and emptied by one ``remove`` (the thesis' cuboids, as the setup study): ns per
    body, and minor page faults per 1,000 bodies (``getrusage``).
@@ -36,7 +37,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_common import machine_info, pyplot, text_table, write_report  # noqa: E402
+from bench_common import machine_info, pyplot, run_command, text_table, write_report  # noqa: E402
 from bench_broadphase import make_bodies  # noqa: E402
 
 TOUCH_BYTES = 256 << 20
@@ -122,8 +123,7 @@ def main() -> int:
             for (n, s), m in med.items()]
     print(text_table(heads, rows, "first touch of memory vs a fresh hash grid's add + remove"))
     info = machine_info(str(REPO))
-    command = ("NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_first_touch.py "
-               + " ".join(sys.argv[1:]))
+    command = run_command()
     out = Path(a.out)
     write_report(out, "first_touch",
                  "First touch of memory: the host's cost in a fresh hash grid's add + remove",

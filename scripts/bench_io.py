@@ -55,7 +55,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import machine_info, md_table, text_table  # noqa: E402
-from bench_common import compile_first, use_repo  # noqa: E402
+from bench_common import compile_first, run_command, use_repo  # noqa: E402
 
 use_repo(REPO)  # measure this tree's parsim
 
@@ -417,8 +417,7 @@ def main():
         info["mpi"] = "?"
     info["tmp_fs"] = subprocess.run(["df", "-hT", str(tmp)], capture_output=True,
                                     text=True).stdout.strip().splitlines()[-1]
-    cmd = "NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_io.py " + " ".join(
-        sys.argv[1:])
+    cmd = run_command()
     sizes = ["1e5"] if a.quick else ["1e5", "1e6"]
     results = []
     try:

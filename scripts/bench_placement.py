@@ -77,7 +77,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import machine_info, md_table, text_table  # noqa: E402
-from bench_common import compile_first, use_repo  # noqa: E402
+from bench_common import compile_first, run_command, use_repo  # noqa: E402
 
 use_repo(REPO)  # measure this tree's parsim
 
@@ -564,8 +564,7 @@ def main():
             info["mpi"] = MPI.Get_library_version().splitlines()[0].strip()
         except Exception:  # noqa: BLE001
             info["mpi4py"] = info["mpi"] = "?"
-        cmd = " ".join(["NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_placement.py",
-                        *sys.argv[1:]])
+        cmd = run_command()
         small = min(a.sizes)
         phis = a.phis + [x for x in a.phis_small if x not in a.phis]
         cases = []

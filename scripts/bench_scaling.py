@@ -78,7 +78,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import bench_dem as dem  # noqa: E402
 from bench_common import machine_info, md_table, text_table  # noqa: E402
-from bench_common import use_repo  # noqa: E402
+from bench_common import run_command, use_repo  # noqa: E402
 
 use_repo(REPO)  # measure this tree's parsim
 
@@ -616,8 +616,7 @@ def main() -> int:
     except ImportError:
         pass
     info["wall_minutes"] = round((time.time() - t_start) / 60, 1)
-    command = ("NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_scaling.py "
-               + " ".join(shlex.quote(x) for x in sys.argv[1:])).strip()
+    command = run_command()
     report(results, a, info, command, out)
     return 0
 

@@ -62,7 +62,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_common import machine_info, md_table, text_table  # noqa: E402
-from bench_common import compile_first, use_repo  # noqa: E402
+from bench_common import compile_first, run_command, use_repo  # noqa: E402
 
 use_repo(REPO)  # measure this tree's parsim
 
@@ -552,8 +552,7 @@ def main():
             info["mpi4py"] = info["mpi"] = "?"
         info["thp"] = _read("/sys/kernel/mm/transparent_hugepage/enabled")
         info["thp_defrag"] = _read("/sys/kernel/mm/transparent_hugepage/defrag")
-        cmd = " ".join(["NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_setup.py",
-                        *sys.argv[1:]])
+        cmd = run_command()
         sizes = a.sizes or (["1e5", "1e6"] if a.quick else ["1e5", "1e6", "4e6"])
         cases = [(way, size, ranks) for size in sizes for ranks in a.ranks for way in WAYS]
         ways = list(WAYS)
