@@ -59,6 +59,18 @@ FIELDS = {
 }
 
 
+#: the integer fields narrower than 8 bytes; every other field is made of 8-byte values
+NARROW = ("image", "shape", "flags", "material", "wraps")
+#: the 8-byte fields (float64, and the int64 uid), in :data:`FIELDS` order
+WORD_FIELDS = tuple(name for name in FIELDS if name not in NARROW)
+assert all(np.dtype(FIELDS[n][0]).itemsize == 8 for n in WORD_FIELDS)
+#: int64 words per body of :meth:`BodyStorage.pack_rows`: the 8-byte fields' bits, then image,
+#: shape, flags, material and the three wraps, one word each
+ROW_WORDS = sum(int(np.prod(FIELDS[n][1], dtype=np.int64)) for n in WORD_FIELDS) + 7
+#: column of the image code in those rows
+IMAGE_WORD = ROW_WORDS - 7
+
+
 def image_code(shift: np.ndarray) -> np.ndarray:
     """Code 0..26 of integer periodic shifts in {-1, 0, 1}^3 (int[n, 3]); 13 is no shift."""
     s = np.asarray(shift, dtype=np.int64) + 1
@@ -103,6 +115,31 @@ class BodyStorage:
             setattr(self, name, new)
         self.capacity = cap
 
+    def _words(self) -> tuple:
+        """The 8-byte fields as int64 (capacity, width) views, for the row kernels (made per
+        call: ``reserve`` replaces the arrays)."""
+        cap = self.capacity
+        return tuple(getattr(self, n).reshape(cap, -1).view(np.int64) for n in WORD_FIELDS)
+
+    def pack_rows(self, slots: np.ndarray) -> np.ndarray:
+        """Every field of slots ``slots`` as int64[k, :data:`ROW_WORDS`] (bit copies; the
+        message format of shadow creation and migration). One kernel call: a structured record
+        per body cost 3-4x as much (20 numpy field copies per message)."""
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        out = np.empty((slots.shape[0], ROW_WORDS), dtype=np.int64)
+        _pack_rows(self._words(), self.image, self.shape, self.flags, self.material, self.wraps,
+                   slots, out)
+        return out
+
+    def _put_rows(self, rows: np.ndarray) -> slice:
+        """Write rows of :meth:`pack_rows` to the slots after the last one; returns them."""
+        k = rows.shape[0]
+        start = self.n
+        self.reserve(start + k)
+        _unpack_rows(np.ascontiguousarray(rows, dtype=np.int64), self._words(), self.image,
+                     self.shape, self.flags, self.material, self.wraps, start)
+        return slice(start, start + k)
+
     # ---- lookup -----------------------------------------------------------------------------
     def slots_of_keys(self, keys: np.ndarray) -> np.ndarray:
         """Slot of each key (-1 where absent)."""
@@ -130,6 +167,19 @@ class BodyStorage:
         self.map.insert(self.key[sl], slots)
         self.n_owned += k
         return slots
+
+    def append_owned_rows(self, rows: np.ndarray) -> None:
+        """Append owned bodies given as rows of :meth:`pack_rows` (migrants; requires no
+        shadows)."""
+        if self.n_shadow:
+            raise RuntimeError("clear the shadow copies before adding owned bodies")
+        if rows.shape[0] == 0:
+            return
+        sl = self._put_rows(rows)
+        self.image[sl] = NO_SHIFT
+        self.key[sl] = keys_of(self.uid[sl], self.image[sl])
+        self.map.insert(self.key[sl], np.arange(sl.start, sl.stop, dtype=np.int64))
+        self.n_owned += sl.stop - sl.start
 
     def remove_owned(self, slots: np.ndarray) -> None:
         """Remove owned bodies (requires no shadows); O(1) per body: the owned bodies from the
@@ -189,33 +239,78 @@ class BodyStorage:
         self.reserve(start + k)
         sl = slice(start, start + k)
         src = np.ascontiguousarray(src_slots, dtype=np.int64)
-        for name in FIELDS:
-            arr = getattr(self, name)
-            if arr.ndim == 2:
-                _take_rows(arr, src, arr[sl])      # sources are rows below ``start``
-            else:
-                arr[sl] = arr[src]
+        # sources are rows below ``start``
+        _copy_body_rows(self._words(), self.image, self.shape, self.flags, self.material,
+                        self.wraps, src, start)
         self.image[sl] = image
         self.flags[sl] |= SHADOW
         self.key[sl] = keys_of(self.uid[sl], self.image[sl])
         self.map.insert(self.key[sl], np.arange(start, start + k, dtype=np.int64))
         self.n_shadow += k
 
-    def append_shadow_records(self, rec: np.ndarray) -> None:
-        """Append shadow copies received from another rank (records of
-        :data:`parsim.halo.BODY`, image codes already shifted by the sender)."""
-        k = rec.shape[0]
-        if k == 0:
+    def append_shadow_rows(self, rows: np.ndarray) -> None:
+        """Append shadow copies received from another rank (rows of :meth:`pack_rows`, image
+        codes already shifted by the sender)."""
+        if rows.shape[0] == 0:
             return
-        start = self.n
-        self.reserve(start + k)
-        sl = slice(start, start + k)
-        for name in FIELDS:
-            getattr(self, name)[sl] = rec[name]
+        sl = self._put_rows(rows)
         self.flags[sl] |= SHADOW
         self.key[sl] = keys_of(self.uid[sl], self.image[sl])
-        self.map.insert(self.key[sl], np.arange(start, start + k, dtype=np.int64))
-        self.n_shadow += k
+        self.map.insert(self.key[sl], np.arange(sl.start, sl.stop, dtype=np.int64))
+        self.n_shadow += sl.stop - sl.start
+
+
+@njit(cache=True)
+def _pack_rows(words, image, shape, flags, material, wraps, slots, out):
+    """Row k of ``out``: the words of slot ``slots[k]`` (see :data:`ROW_WORDS`)."""
+    for k in range(slots.shape[0]):
+        s = slots[k]
+        o = 0
+        for f in words:
+            for c in range(f.shape[1]):
+                out[k, o + c] = f[s, c]
+            o += f.shape[1]
+        out[k, o] = image[s]
+        out[k, o + 1] = shape[s]
+        out[k, o + 2] = flags[s]
+        out[k, o + 3] = material[s]
+        for c in range(3):
+            out[k, o + 4 + c] = wraps[s, c]
+
+
+@njit(cache=True)
+def _unpack_rows(rows, words, image, shape, flags, material, wraps, start):
+    """Slot ``start + k`` takes row k of ``rows`` (the inverse of :func:`_pack_rows`)."""
+    for k in range(rows.shape[0]):
+        d = start + k
+        o = 0
+        for f in words:
+            for c in range(f.shape[1]):
+                f[d, c] = rows[k, o + c]
+            o += f.shape[1]
+        image[d] = rows[k, o]
+        shape[d] = rows[k, o + 1]
+        flags[d] = rows[k, o + 2]
+        material[d] = rows[k, o + 3]
+        for c in range(3):
+            wraps[d, c] = rows[k, o + 4 + c]
+
+
+@njit(cache=True)
+def _copy_body_rows(words, image, shape, flags, material, wraps, src, start):
+    """Slot ``start + k`` takes every field of slot ``src[k]``."""
+    for k in range(src.shape[0]):
+        s = src[k]
+        d = start + k
+        for f in words:
+            for c in range(f.shape[1]):
+                f[d, c] = f[s, c]
+        image[d] = image[s]
+        shape[d] = shape[s]
+        flags[d] = flags[s]
+        material[d] = material[s]
+        for c in range(3):
+            wraps[d, c] = wraps[s, c]
 
 
 @njit(cache=True)

@@ -29,12 +29,15 @@ import time
 import numpy as np
 from numba import njit
 
-from .bodies import FIELDS, GLOBAL, NO_SHIFT, REPLICATED, BodyStorage
+from .bodies import FIELDS, GLOBAL, IMAGE_WORD, NO_SHIFT, REPLICATED, ROW_WORDS, BodyStorage
 from .comm import Net
 from .decomposition import NONE, Decomposition
 
-#: one body as a record (all storage fields), the unit of shadow creation and migration
+#: one body as a record (all storage fields): the rows of checkpoints
 BODY = np.dtype([(name, dtype, shape) for name, (dtype, shape) in FIELDS.items()])
+#: one body in the messages of shadow creation and migration: the words of
+#: :meth:`BodyStorage.pack_rows`
+ROW = np.dtype((np.int64, (ROW_WORDS,)))
 #: pose + velocities: what a shadow refresh sends per copy (position, velocity, angular
 #: velocity, orientation) ...
 STATE_WIDTH = 13
@@ -124,10 +127,11 @@ def _shifted(image: np.ndarray, axis: int, delta: int) -> np.ndarray:
     return (image.astype(np.int64) + int(delta) * 3**axis).astype(np.int8)
 
 
-def _shift_image(rec: np.ndarray, axis: int, delta: int) -> None:
-    """Add ``delta`` (+-1) to the periodic shift of the copies along ``axis``."""
-    if rec.shape[0]:
-        rec["image"] = _shifted(rec["image"], axis, delta)
+def _shift_image(rows: np.ndarray, axis: int, delta: int) -> None:
+    """Add ``delta`` (+-1) to the periodic shift along ``axis`` of the copies ``rows`` (of
+    :meth:`BodyStorage.pack_rows`)."""
+    if rows.shape[0]:
+        rows[:, IMAGE_WORD] = _shifted(rows[:, IMAGE_WORD], axis, delta)
 
 
 class Halo:
@@ -189,23 +193,23 @@ class Halo:
             start_down = st.n
             if dec.down[d] == net.rank and dec.up[d] == net.rank:
                 # one block along this periodic axis: the copies are this rank's own rows
-                # (the same rows, in the same order, as the records below would bring)
+                # (the same rows, in the same order, as the messages below would bring)
                 st.append_shadows(send_up, _shifted(st.image[send_up], d, -dec.seam_up[d]))
                 start_up = st.n
                 st.append_shadows(send_down, _shifted(st.image[send_down], d,
                                                       dec.seam_down[d]))
             else:
-                rec_down = records(st, send_down)
-                rec_up = records(st, send_up)
+                rec_down = st.pack_rows(send_down)
+                rec_up = st.pack_rows(send_up)
                 if dec.seam_down[d]:        # arrives at the top end: seen one box length higher
                     _shift_image(rec_down, d, +1)
                 if dec.seam_up[d]:
                     _shift_image(rec_up, d, -1)
                 got_down, got_up = net.exchange(d, dec.down[d], dec.up[d], rec_down, rec_up,
-                                                BODY)
-                st.append_shadow_records(got_down)
+                                                ROW)
+                st.append_shadow_rows(got_down)
                 start_up = st.n
-                st.append_shadow_records(got_up)
+                st.append_shadow_rows(got_up)
                 self.received += got_down.shape[0] + got_up.shape[0]
             self.plan.append((send_down.astype(np.int64), send_up.astype(np.int64),
                               start_down, start_up, st.n))
@@ -401,16 +405,15 @@ class Halo:
                          f"block: {dec.describe()}); the time step is too large")
             s_down = np.flatnonzero(down)
             s_up = np.flatnonzero(up)
-            rec_down, rec_up = records(st, s_down), records(st, s_up)
+            rec_down, rec_up = st.pack_rows(s_down), st.pack_rows(s_up)
             h_down = nl.export_history(st.uid[s_down]) if nl is not None else None
             h_up = nl.export_history(st.uid[s_up]) if nl is not None else None
             st.remove_owned(np.concatenate([s_down, s_up]))
             self.migrated += s_down.size + s_up.size
             self.migrated_total += s_down.size + s_up.size
-            got_down, got_up = net.exchange(d, dec.down[d], dec.up[d], rec_down, rec_up, BODY)
+            got_down, got_up = net.exchange(d, dec.down[d], dec.up[d], rec_down, rec_up, ROW)
             for got in (got_down, got_up):
-                if got.shape[0]:
-                    st.append_owned({k: got[k] for k in FIELDS})
+                st.append_owned_rows(got)
             if nl is not None:
                 from .neighbours import HISTORY
 
@@ -430,3 +433,4 @@ def warm_up() -> None:
     _copy_rows(slots, slots + 1, st.position, st.orientation, st.velocity, st.angular_velocity,
                True)
     _prune_copies(slots, slots + 1, np.zeros(16, dtype=np.bool_), np.zeros(1, dtype=np.bool_))
+    st.append_shadow_rows(st.pack_rows(slots))
