@@ -284,6 +284,7 @@ class Simulation:
         self._sorted_at = None                       # step of the last sort
         self._all_spheres = None                     # see _fusable
         self._im_max = None                          # see _largest_inv_mass
+        self._iso_ii = None                          # see _iso_inv_inertia
         self._has_global = False                     # any global body (same on every rank)
         self._restored = None                        # springs loaded from a checkpoint
         self._restart_exact = False                  # next setup continues a checkpoint
@@ -874,6 +875,7 @@ class Simulation:
         self._clear_shadows()
         self._all_spheres = None
         self._im_max = None
+        self._iso_ii = None
         st = self.st
         if self.outflow == "delete" and self.walled.any() and not restart:
             out = np.zeros(st.n_owned, dtype=np.bool_)
@@ -1080,6 +1082,14 @@ class Simulation:
             self._im_max = float(im.max()) if im.size else 0.0
         return self._im_max
 
+    def _iso_inv_inertia(self) -> np.ndarray:
+        """The owned bodies' first inverse principal moments as one contiguous array, the input
+        of :func:`parsim.integrator.both_halves`; cached like :meth:`_fusable`."""
+        if self._iso_ii is None:
+            st = self.st
+            self._iso_ii = np.ascontiguousarray(st.inv_inertia[: st.n_owned, 0])
+        return self._iso_ii
+
     def _fusable(self) -> bool:
         """Whether no owned movable body is a non-sphere (then :func:`parsim.integrator.
         both_halves` may join a step's second half to the next step's first half). Cached
@@ -1192,7 +1202,7 @@ class Simulation:
             t5 = time.perf_counter()
             if join:
                 moved, bad, odd, speed = pick(I.both_halves, no)(
-                    no, self.dt, st.flags, st.shape, st.inv_mass, st.inv_inertia,
+                    no, self.dt, st.flags, st.shape, st.inv_mass, self._iso_inv_inertia(),
                     st.position, st.orientation, st.velocity, st.angular_velocity, st.force,
                     st.torque, st.ref_position, self.lo, self.hi, walls)
                 if odd:

@@ -26,7 +26,7 @@ FIRST = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "bounding_radiu
          "ref_orientation")
 SECOND = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "orientation", "velocity",
           "angular_velocity", "force", "torque", "position")
-JOINT = ("flags", "shape", "inv_mass", "inv_inertia", "position", "orientation", "velocity",
+JOINT = ("flags", "shape", "inv_mass", "iso_inv_inertia", "position", "orientation", "velocity",
          "angular_velocity", "force", "torque", "ref_position")
 LO, HI, WALLED = np.full(3, -10.0), np.full(3, 10.0), np.array([True, False, True])
 
@@ -37,9 +37,11 @@ def _spheres(n, seed):
     rng = np.random.default_rng(seed)
     q = rng.normal(size=(n, 4))
     q /= np.linalg.norm(q, axis=1)[:, None]
+    ii = np.repeat(rng.uniform(5.0, 20.0, (n, 1)), 3, axis=1)     # isotropic, per body
     s = dict(flags=np.zeros(n, np.uint8), shape=np.full(n, SPHERE, np.int8),
-             inv_mass=rng.uniform(0.5, 2.0, n), inertia=np.full((n, 3), 0.1),
-             inv_inertia=np.full((n, 3), 10.0), bounding_radius=rng.uniform(0.1, 1.0, n),
+             inv_mass=rng.uniform(0.5, 2.0, n), inertia=1.0 / ii,
+             inv_inertia=ii, iso_inv_inertia=ii[:, 0].copy(),
+             bounding_radius=rng.uniform(0.1, 1.0, n),
              position=rng.uniform(-5, 5, (n, 3)), orientation=q,
              velocity=rng.uniform(-1, 1, (n, 3)), angular_velocity=rng.uniform(-5, 5, (n, 3)),
              force=rng.uniform(-1, 1, (n, 3)), torque=rng.uniform(-1, 1, (n, 3)))
