@@ -120,10 +120,11 @@ def _translate(m, dt, flags, inv_mass, x, v, f, x0):
 
 
 @njit(cache=True, error_model="numpy")
-def _turn_spheres(m, dt, flags, shape, ii, w, tq, q):
+def _turn_spheres(m, dt, flags, shape, ii0, w, tq, q):
     """Kick and rotation of the movable spheres among bodies 0..m-1 of flat views, with the
     expressions of :func:`_rotate` (the series branch of rotation.quat_from_rotation_vector);
-    other bodies keep their rows. Returns how many movable bodies are left to the serial loop
+    other bodies keep their rows. ``ii0``: first inverse principal moments, contiguous (see
+    :func:`_kick_turn`). Returns how many movable bodies are left to the serial loop
     (non-spheres, and spheres turning by more than 1e-2 rad in the step)."""
     h = 0.5 * dt
     rest = 0
@@ -131,7 +132,7 @@ def _turn_spheres(m, dt, flags, shape, ii, w, tq, q):
         free = (flags[i] & FIXED) == 0
         sph = free & (shape[i] == SPHERE)
         j = 3 * i
-        k = ii[j]
+        k = ii0[i]
         a0, a1, a2 = w[j], w[j + 1], w[j + 2]
         b0 = a0 + h * tq[j] * k
         b1 = a1 + h * tq[j + 1] * k
@@ -146,9 +147,9 @@ def _turn_spheres(m, dt, flags, shape, ii, w, tq, q):
     return rest
 
 
-def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_radius, position,
-               orientation, velocity, angular_velocity, force, torque, ref_position,
-               ref_orientation):
+def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, iso_inv_inertia,
+               bounding_radius, position, orientation, velocity, angular_velocity, force, torque,
+               ref_position, ref_orientation):
     """Half kick + drift + rotation of bodies 0..n-1. Returns the largest distance any point of
     a body has moved since its reference pose (translation + bounding radius x rotation angle),
     which decides when the neighbour list is rebuilt.
@@ -157,11 +158,12 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
     :func:`_turn_spheres`, over chunks of :data:`CHUNK` bodies and flat views of the arrays:
     a 2-d index ``a[i, d]`` has a run-time row stride, which stops the vectoriser). A serial
     loop then does what they left: movable non-spheres, and spheres turning by more than 1e-2
-    rad in the step. The bits are those of the plain one-body-at-a-time form (tested)."""
+    rad in the step. The bits are those of the plain one-body-at-a-time form (tested).
+    ``iso_inv_inertia``: ``inv_inertia[:n, 0]`` as a contiguous array (see :func:`_kick_turn`)."""
     h = 0.5 * dt
     x, v, f = position.reshape(-1), velocity.reshape(-1), force.reshape(-1)
     w, tq, q = angular_velocity.reshape(-1), torque.reshape(-1), orientation.reshape(-1)
-    ii, x0 = inv_inertia.reshape(-1), ref_position.reshape(-1)
+    x0 = ref_position.reshape(-1)
     d2bits = np.int64(0)
     rest = 0
     for c in prange((n + CHUNK - 1) // CHUNK):
@@ -169,7 +171,7 @@ def _first_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, bounding_ra
         b = min(a + CHUNK, n)
         d2bits = max(d2bits, _translate(b - a, dt, flags[a:b], inv_mass[a:b], x[3 * a:3 * b],
                                         v[3 * a:3 * b], f[3 * a:3 * b], x0[3 * a:3 * b]))
-        rest += _turn_spheres(b - a, dt, flags[a:b], shape[a:b], ii[3 * a:3 * b],
+        rest += _turn_spheres(b - a, dt, flags[a:b], shape[a:b], iso_inv_inertia[a:b],
                               w[3 * a:3 * b], tq[3 * a:3 * b], q[4 * a:4 * b])
     moved = math.sqrt(np.int64(d2bits).view(np.float64))
     if rest == 0:
@@ -222,7 +224,7 @@ def _finite3(a, b, c):
 
 
 @njit(cache=True, error_model="numpy")
-def _kick_and_check(m, base, none, dt, flags, shape, inv_mass, x, v, f, ii, w, tq, lo, hi,
+def _kick_and_check(m, base, none, dt, flags, shape, inv_mass, x, v, f, ii0, w, tq, lo, hi,
                     walled):
     """Second half kick of the movable bodies' velocity and the movable spheres' angular
     velocity among bodies 0..m-1 of flat views, and the state code of :func:`_state_code`
@@ -244,7 +246,7 @@ def _kick_and_check(m, base, none, dt, flags, shape, inv_mass, x, v, f, ii, w, t
         u2 = v2 + h * f[j + 2] * im
         y0, y1, y2 = (u0, u1, u2) if free else (v0, v1, v2)
         v[j], v[j + 1], v[j + 2] = y0, y1, y2
-        k = ii[j]
+        k = ii0[i]
         a0, a1, a2 = w[j], w[j + 1], w[j + 2]
         b0 = a0 + h * tq[j] * k
         b1 = a1 + h * tq[j + 1] * k
@@ -268,8 +270,8 @@ def _kick_and_check(m, base, none, dt, flags, shape, inv_mass, x, v, f, ii, w, t
     return first, rest
 
 
-def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, orientation, velocity,
-                angular_velocity, force, torque, position, lo, hi, walled):
+def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, iso_inv_inertia,
+                 orientation, velocity, angular_velocity, force, torque, position, lo, hi, walled):
     """Second half kick of bodies 0..n-1 with the new forces, and the end-of-step state check
     of :func:`check_state` in the same call (as a separate pass it cost 0.2-0.3 ms per step at
     64,000 bodies). Returns what :func:`check_state` returns for the kicked state: (index,
@@ -277,7 +279,7 @@ def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, orientatio
     (:func:`_kick_and_check`), then a serial loop over the movable non-spheres, if any."""
     h = 0.5 * dt
     x, v, f = position.reshape(-1), velocity.reshape(-1), force.reshape(-1)
-    w, tq, ii = angular_velocity.reshape(-1), torque.reshape(-1), inv_inertia.reshape(-1)
+    w, tq = angular_velocity.reshape(-1), torque.reshape(-1)
     none = 2 * n           # 2 * index + (0: non-finite, 1: outside); min over bodies = first
     first = none
     rest = 0
@@ -286,7 +288,7 @@ def _second_half(n, dt, flags, shape, inv_mass, inertia, inv_inertia, orientatio
         b = min(a + CHUNK, n)
         fc, rc = _kick_and_check(b - a, a, none, dt, flags[a:b], shape[a:b], inv_mass[a:b],
                                  x[3 * a:3 * b], v[3 * a:3 * b], f[3 * a:3 * b],
-                                 ii[3 * a:3 * b], w[3 * a:3 * b], tq[3 * a:3 * b], lo, hi,
+                                 iso_inv_inertia[a:b], w[3 * a:3 * b], tq[3 * a:3 * b], lo, hi,
                                  walled)
         first = min(first, fc)
         rest += rc

@@ -1052,7 +1052,7 @@ class Simulation:
         st = self.st
         return pick(I.first_half, no)(
             no, self.dt, st.flags, st.shape, st.inv_mass, st.inertia, st.inv_inertia,
-            st.bounding_radius, st.position, st.orientation, st.velocity,
+            self._iso_inv_inertia(), st.bounding_radius, st.position, st.orientation, st.velocity,
             st.angular_velocity, st.force, st.torque, st.ref_position,
             st.ref_orientation)
 
@@ -1083,8 +1083,8 @@ class Simulation:
         return self._im_max
 
     def _iso_inv_inertia(self) -> np.ndarray:
-        """The owned bodies' first inverse principal moments as one contiguous array, the input
-        of :func:`parsim.integrator.both_halves`; cached like :meth:`_fusable`."""
+        """The owned bodies' first inverse principal moments as one contiguous array, an input
+        of the integrator's kernels; cached like :meth:`_fusable`."""
         if self._iso_ii is None:
             st = self.st
             self._iso_ii = np.ascontiguousarray(st.inv_inertia[: st.n_owned, 0])
@@ -1225,8 +1225,8 @@ class Simulation:
         no = st.n_owned if no is None else no
         return pick(I.second_half, no)(
             no, self.dt, st.flags, st.shape, st.inv_mass, st.inertia, st.inv_inertia,
-            st.orientation, st.velocity, st.angular_velocity, st.force, st.torque, st.position,
-            self.lo, self.hi, self._checked_walls())
+            self._iso_inv_inertia(), st.orientation, st.velocity, st.angular_velocity, st.force,
+            st.torque, st.position, self.lo, self.hi, self._checked_walls())
 
     def _check(self, step: int, found=None, bound: float = math.inf) -> float:
         """Collective: raise the same SimulationError on every rank if any rank has a body with a

@@ -19,10 +19,12 @@ from parsim import integrator as I
 from parsim.bodies import FIXED
 from parsim.shapes import BOX, CAPSULE, SPHERE
 
-FIRST = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "bounding_radius", "position",
+FIRST = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "iso_inv_inertia",
+         "bounding_radius", "position",
          "orientation", "velocity", "angular_velocity", "force", "torque", "ref_position",
          "ref_orientation")
-SECOND = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "orientation", "velocity",
+SECOND = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "iso_inv_inertia",
+          "orientation", "velocity",
           "angular_velocity", "force", "torque", "position")
 
 
@@ -32,9 +34,10 @@ def _state(n, seed):
     rng = np.random.default_rng(seed)
     q = rng.normal(size=(n, 4))
     q /= np.linalg.norm(q, axis=1)[:, None]
+    ii = np.repeat(rng.uniform(5.0, 20.0, (n, 1)), 3, axis=1)     # isotropic, per body
     s = dict(flags=np.zeros(n, np.uint8), shape=np.full(n, SPHERE, np.int8),
-             inv_mass=rng.uniform(0.5, 2.0, n), inertia=np.full((n, 3), 0.1),
-             inv_inertia=np.full((n, 3), 10.0), bounding_radius=rng.uniform(0.1, 1.0, n),
+             inv_mass=rng.uniform(0.5, 2.0, n), inertia=1.0 / ii,
+             inv_inertia=ii, bounding_radius=rng.uniform(0.1, 1.0, n),
              position=rng.uniform(-5, 5, (n, 3)), orientation=q,
              velocity=rng.uniform(-1, 1, (n, 3)), angular_velocity=rng.uniform(-5, 5, (n, 3)),
              force=rng.uniform(-1, 1, (n, 3)), torque=rng.uniform(-1, 1, (n, 3)))
@@ -54,6 +57,7 @@ def _state(n, seed):
     s["inv_inertia"][kind == 6] = 1.0 / s["inertia"][kind == 6]
     s["flags"][(kind == 7) & (np.arange(n) % 2 == 0)] = FIXED
     s["shape"][(kind == 7) & (np.arange(n) % 2 == 0)] = BOX
+    s["iso_inv_inertia"] = s["inv_inertia"][:, 0].copy()
     return s
 
 
@@ -157,6 +161,7 @@ def test_only_spheres_take_no_serial_pass_and_keep_their_bits():
     s["shape"][:] = SPHERE
     s["inertia"][:] = 0.1
     s["inv_inertia"][:] = 10.0
+    s["iso_inv_inertia"][:] = 10.0
     s["flags"][:] = 0
     s["flags"][1500] = FIXED
     w = s["angular_velocity"]
@@ -164,10 +169,10 @@ def test_only_spheres_take_no_serial_pass_and_keep_their_bits():
     assert fast.any()
     w[fast] /= 400.0                                    # ... turn slowly too
     c = {k: v.copy().reshape(-1) for k, v in s.items()}
-    assert I._turn_spheres(n, 1e-4, c["flags"], c["shape"], c["inv_inertia"],
+    assert I._turn_spheres(n, 1e-4, c["flags"], c["shape"], c["iso_inv_inertia"],
                            c["angular_velocity"], c["torque"], c["orientation"]) == 0
     _, rest = I._kick_and_check(n, 0, 2 * n, 1e-4, c["flags"], c["shape"], c["inv_mass"],
-                                c["position"], c["velocity"], c["force"], c["inv_inertia"],
+                                c["position"], c["velocity"], c["force"], c["iso_inv_inertia"],
                                 c["angular_velocity"], c["torque"], np.full(3, -10.0),
                                 np.full(3, 10.0), np.ones(3, np.bool_))
     assert rest == 0

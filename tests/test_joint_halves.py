@@ -21,10 +21,12 @@ from parsim.bodies import FIXED
 from parsim.shapes import BOX, SPHERE
 from mpi_wait import quiet_barrier
 
-FIRST = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "bounding_radius", "position",
+FIRST = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "iso_inv_inertia",
+         "bounding_radius", "position",
          "orientation", "velocity", "angular_velocity", "force", "torque", "ref_position",
          "ref_orientation")
-SECOND = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "orientation", "velocity",
+SECOND = ("flags", "shape", "inv_mass", "inertia", "inv_inertia", "iso_inv_inertia",
+          "orientation", "velocity",
           "angular_velocity", "force", "torque", "position")
 JOINT = ("flags", "shape", "inv_mass", "iso_inv_inertia", "position", "orientation", "velocity",
          "angular_velocity", "force", "torque", "ref_position")

@@ -252,7 +252,7 @@ def test_second_kick_reports_the_first_bad_body_as_the_state_check_does():
             c = {k: v.copy() for k, v in s.items()}
             got = I.second_half[build](
                 n, 1e-3, c["flags"], c["shape"], c["inv_mass"], c["inertia"], c["inv_inertia"],
-                c["orientation"], c["velocity"], c["angular_velocity"], c["force"], c["torque"],
+                np.ascontiguousarray(c["inv_inertia"][:, 0]), c["orientation"], c["velocity"], c["angular_velocity"], c["force"], c["torque"],
                 c["position"], lo, hi, walled)
             results.append(((int(got[0]), int(got[1])), c))
         (g0, c0), (g1, c1) = results
