@@ -8,7 +8,11 @@ Scenarios are the peers' (``scripts/peers/README.md``, law and constants as in
   (``--layout slab``: along x, blocks (P, 1, 1), so 2 ranks = twice the domain; ``xy``: along x
   and y; ``xyz``: S1w only). Both scenarios are periodic along the tiled axes, so a tiled state is
   a valid state and every rank has the same work as the single rank. Parallel efficiency =
-  t(1 rank) / t(P ranks) per step.
+  t(1 rank) / t(P ranks) per step. For S1w, LAMMPS and LIGGGHTS run the same weak cases,
+  interleaved with parsim's repeats: on 1 rank their ``s1_gas`` input as is, on P ranks the
+  lattice tiled likewise (``-var nx/ny/nz``) with ``processors`` set so that each rank owns one
+  n^3 tile (``-var px/py/pz``); their efficiency from their own ``Loop time``, and parsim's
+  efficiency / the peer's, which tells whether the machine or parsim limits the efficiency.
 * **Strong scaling.** S2b with 64,000 spheres on 1 and 2 ranks (blocks (2, 1, 1); an x/y split
   as the peers' ``-var pz 1``), and LIGGGHTS and LAMMPS on 1 and 2 ranks (``mpirun -np 2``) in the
   same run. Reports particle-steps/s of each and parsim/peer; checks that the kinetic energy at
@@ -29,15 +33,16 @@ state, loading the kernels (a throw-away copy of the case runs 3 steps; S1w also
 steps), and the neighbour-list setup (``Simulation._setup``, as the peers' ``Loop time`` excludes
 their setup).
 
-Runs of all configurations are interleaved (repeat 1 of everything, then repeat 2, ...) and the
-fastest repeat of each is reported (with the spread), because a shared 2-core machine is noisy.
+Runs of all configurations, the peers' included, are interleaved (repeat 1 of everything, then
+repeat 2, ...) and the fastest repeat of each is reported (with the median), because a shared
+2-core machine is noisy. Peers run where their binary is installed (``--no-peers``: none).
 
 Before anything runs, parsim's sources are copied to ``<tmp>/parsim-bench-<digest>/parsim`` and the
 workers import that copy (``PYTHONPATH``), so edits made to the repository during the benchmark
 cannot mix versions or trigger concurrent compilations (``--no-snapshot`` imports the
 repository's own parsim in place, or the one on ``PYTHONPATH`` if set, e.g. on a cluster whose
-/tmp is node-local). A serial warm-up compiles every kernel
-before the first multi-rank launch.
+/tmp is node-local); the peers' input scripts are copied to a temporary directory likewise. A
+serial warm-up compiles every kernel before the first multi-rank launch.
 
     NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_scaling.py            # full (~25 min)
     NUMBA_CACHE_DIR=.numba_cache .venv/bin/python scripts/bench_scaling.py --quick    # smoke (< 2 min)
@@ -58,7 +63,9 @@ Peers: ``apt-get install -y --no-install-recommends liggghts lammps openmpi-bin`
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -185,7 +192,8 @@ def remote_shadows(sim) -> int:
 
 
 def worker(case: dict) -> dict | None:
-    import parsim  # noqa: F401  (first, as in a user's script: it sets MPICH's defaults)
+    # parsim first, as in a user's script: importing it sets MPICH's defaults
+    importlib.import_module("parsim")
     from mpi4py import MPI
 
     import numba
@@ -269,6 +277,18 @@ def snapshot_sources(base: str) -> str:
     return str(dest)
 
 
+def freeze_peer_inputs() -> Path:
+    """Copy the peers' input scripts (``bench_dem.PEERS``) to a temporary directory, removed at
+    exit, and point bench_dem there: edits to the scripts (or a ``git stash``) during the run
+    cannot change them (a stash once made a 2-rank run read the untiled S1w cube)."""
+    dest = Path(tempfile.mkdtemp(prefix="parsim-bench-peers-"))
+    atexit.register(shutil.rmtree, dest, True)
+    for f in list(dem.PEERS.glob("*.lammps")) + list(dem.PEERS.glob("*.liggghts")):
+        shutil.copy(f, dest)
+    dem.PEERS = dest
+    return dest
+
+
 class Launcher:
     def __init__(self, template: str, python: str, ranks_per_node: int, pythonpath: str | None):
         self.template = template
@@ -328,13 +348,14 @@ def compile_kernels(case: dict) -> None:
     halo.warm_up()
 
 
-def run_peer(tool: str, n_side: int, steps: int, ranks: int) -> dict:
-    """bench_dem.run_peer (S2b) on ``ranks`` ranks, split in x/y only (``-var pz 1``).
+def _peer_on_ranks(tool: str, scenario: str, n_side: int, steps: int, warm: int, ranks: int,
+                   extra: list[str]) -> dict:
+    """bench_dem.run_peer on ``ranks`` ranks with the extra arguments ``extra``.
 
-    bench_dem.run_peer starts ``mpirun -np 1``; for more ranks its subprocess call is wrapped to
-    change the rank count and add ``-var pz 1`` (the rest, including parsing the log, is its)."""
-    if ranks == 1:
-        return dem.run_peer(tool, "S2b", n_side, steps, 0)
+    bench_dem.run_peer starts ``mpirun -np 1``; otherwise its subprocess call is wrapped to
+    change the rank count and append ``extra`` (the rest, including parsing the log, is its)."""
+    if ranks == 1 and not extra:
+        return dem.run_peer(tool, scenario, n_side, steps, warm)
     real = dem.subprocess
 
     class _Shim:
@@ -345,13 +366,44 @@ def run_peer(tool: str, n_side: int, steps: int, ranks: int) -> dict:
         def run(cmd, **kw):
             cmd = list(cmd)
             cmd[cmd.index("-np") + 1] = str(ranks)
-            return real.run(cmd + ["-var", "pz", "1"], **kw)
+            return real.run(cmd + list(extra), **kw)
 
     dem.subprocess = _Shim()
     try:
-        return dem.run_peer(tool, "S2b", n_side, steps, 0)
+        return dem.run_peer(tool, scenario, n_side, steps, warm)
     finally:
         dem.subprocess = real
+
+
+def run_peer(tool: str, n_side: int, steps: int, ranks: int) -> dict:
+    """Strong scaling: the peer's S2b on ``ranks`` ranks, split in x/y only (``-var pz 1``)."""
+    return _peer_on_ranks(tool, "S2b", n_side, steps, 0, ranks,
+                          ["-var", "pz", "1"] if ranks > 1 else [])
+
+
+def peer_weak_args(n_side: int, tiles: list[int]) -> list[str]:
+    """The peers' S1w input tiled ``tiles`` times per axis, one n^3 tile per rank: lattice
+    extents ``nx ny nz`` and ``processors px py pz`` (none on one rank: the plain input)."""
+    if list(tiles) == [1, 1, 1]:
+        return []
+    args = []
+    for ax, t in zip("xyz", tiles):
+        args += ["-var", f"n{ax}", str(t * n_side)]
+    for ax, t in zip("xyz", tiles):
+        args += ["-var", f"p{ax}", str(t)]
+    return args
+
+
+def run_peer_weak(tool: str, n_side: int, steps: int, warm: int, tiles: list[int]) -> dict:
+    """Weak scaling: the peer's S1w on prod(tiles) ranks, the n^3 lattice tiled ``tiles`` times
+    (its velocities are drawn per atom, so tiles differ; the work per rank is the same)."""
+    ranks = math.prod(tiles)
+    r = _peer_on_ranks(tool, "S1w", n_side, steps, warm, ranks, peer_weak_args(n_side, tiles))
+    if "n" in r and r["n"] != ranks * n_side ** 3:
+        return {"error": f"{tool}: {r['n']} atoms, expected {ranks * n_side ** 3}"}
+    r["tiles"] = list(tiles)
+    r["ranks_n"] = ranks
+    return r
 
 
 # ------------------------------------------------------------------------------------------
@@ -503,6 +555,12 @@ def main() -> int:
         a.max_wait = min(a.max_wait, 10.0)
     if a.no_peers:
         a.peers = []
+    missing = [t for t in a.peers if dem.peer_binary(t) is None]
+    if missing:
+        print(f"not installed, skipped: {', '.join(missing)}", flush=True)
+        a.peers = [t for t in a.peers if t not in missing]
+    if a.peers and a.repeats > 0:
+        freeze_peer_inputs()
     out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="bench-scaling-")) if a.quick
                                      else REPO / "docs" / "benchmarks")
     bindir = Path(sys.executable).parent
@@ -529,11 +587,16 @@ def main() -> int:
             case = {"scenario": "S2b", "n_side": a.strong_n, "tiles": [1, 1, 1],
                     "blocks": blocks_for(p, "slab", "S2b"), "steps": a.steps, "warm": 0}
             configs.append((f"strong S2b:{a.strong_n} P={p}", p, case))
+    # the peers' weak configurations (S1w only): (tool, n_side, ranks, tiles)
+    peer_weak = list({(tool, case["n_side"], p): (tool, case["n_side"], p, case["tiles"])
+                      for tool in a.peers for label, p, case in configs
+                      if label.startswith("weak") and case["scenario"] == "S1w"}.values())
     unique = {}
     for label, p, case in configs:             # weak P=1 of bed_n40 is strong P=1: run once
         unique.setdefault(json.dumps([p, case], sort_keys=True), (label, p, case))
     reps: dict[str, list] = {k: [] for k in unique}
     peer_reps: dict[tuple, list] = {}
+    peer_weak_reps: dict[tuple, list] = {c[:3]: [] for c in peer_weak}
     sources = pypath or "installed"
     for f in a.reuse:                          # earlier repeats of the same configurations
         for line in Path(f).read_text().splitlines():
@@ -544,8 +607,13 @@ def main() -> int:
                 reps[x["key"]].append(x["result"])
             elif x["kind"] == "peer" and x["n_side"] == a.strong_n and x["steps"] == a.steps:
                 peer_reps.setdefault((x["tool"], x["ranks"]), []).append(x["result"])
+            elif (x["kind"] == "peer_weak" and x["steps"] == a.steps and x["warm"] == a.warm
+                  and (x["tool"], x["n_side"], x["ranks"]) in peer_weak_reps
+                  and x["tiles"] == blocks_for(x["ranks"], a.layout, "S1w")):
+                peer_weak_reps[(x["tool"], x["n_side"], x["ranks"])].append(x["result"])
     print(f"reused {sum(map(len, reps.values()))} parsim and "
-          f"{sum(map(len, peer_reps.values()))} peer results", flush=True)
+          f"{sum(map(len, peer_reps.values())) + sum(map(len, peer_weak_reps.values()))} "
+          "peer results", flush=True)
 
     def save(entry):
         if raw_path is not None:
@@ -568,6 +636,19 @@ def main() -> int:
                       flush=True)
             reps[key].append(r)
             save({"kind": "parsim", "key": key, "result": r})
+        for tool, n, p, tiles in peer_weak:
+            print(f"[{time.time() - t_start:6.0f} s] repeat {rep + 1}/{a.repeats}: {tool} "
+                  f"weak S1w:{n} on {p} rank(s) (processors {'x'.join(map(str, tiles))})",
+                  flush=True)
+            r = measured(run_peer_weak, tool, n, a.steps, a.warm, tiles, gate=gate)
+            if "error" in r:
+                print("   ", r["error"][-300:], flush=True)
+            else:
+                print(f"    {1e3 * r['loop_time'] / r['steps']:.3f} ms/step (other processes: "
+                      f"{r['foreign_cores_during']:.2f} cores)", flush=True)
+            peer_weak_reps[(tool, n, p)].append(r)
+            save({"kind": "peer_weak", "tool": tool, "scenario": "S1w", "n_side": n, "ranks": p,
+                  "tiles": tiles, "steps": a.steps, "warm": a.warm, "result": r})
         if not a.weak_only:
             for tool in a.peers:
                 for p in a.strong_ranks:
@@ -582,7 +663,7 @@ def main() -> int:
                     peer_reps.setdefault((tool, p), []).append(r)
                     save({"kind": "peer", "tool": tool, "ranks": p, "n_side": a.strong_n,
                           "steps": a.steps, "result": r})
-    results = {"weak": [], "strong": {"parsim": {}, "peers": {}}}
+    results = {"weak": [], "weak_peers": [], "strong": {"parsim": {}, "peers": {}}}
     bests = {k: best(v) for k, v in reps.items()}
     for label, p, case in configs:
         key = json.dumps([p, case], sort_keys=True)
@@ -598,6 +679,11 @@ def main() -> int:
         b = best(v, "loop_time")
         b["all_loop_times"] = [x.get("loop_time") for x in v]
         results["strong"]["peers"].setdefault(tool, {})[str(p)] = b
+    for tool, n, p, tiles in peer_weak:
+        v = peer_weak_reps[(tool, n, p)]
+        results["weak_peers"].append({"tool": tool, "scenario": "S1w", "n_side": n, "ranks": p,
+                                      "tiles": tiles, "result": best(v, "loop_time"),
+                                      "all_loop_times": [x.get("loop_time") for x in v]})
     info = machine_info(str(REPO))
     info["parsim_sources"] = pypath or "installed package"
     info["launcher"] = template
@@ -609,6 +695,9 @@ def main() -> int:
             if "version" in v:
                 info[tool] = v["version"]
                 break
+    for w in results["weak_peers"]:
+        if "version" in w["result"]:
+            info.setdefault(w["tool"], w["result"]["version"])
     try:
         import mpi4py
 
@@ -662,6 +751,74 @@ def weak_rows(results) -> tuple[list, list]:
                      f"{1e3 * r['spread']['median'] / r['steps']:.3f}", str(r["repeats"]),
                      _f(r.get("foreign_cores_during"), ".2f"), f"{ke_rel:+.1e}" if ke_rel is not None else "-"])
     return heads, rows
+
+
+def _eff(t1, tp):
+    return t1 / tp if t1 and tp else None
+
+
+def _pct(e):
+    return "-" if e is None else f"{100 * e:.1f} %"
+
+
+def peer_weak_rows(results) -> tuple[list, list, list]:
+    """The peers' weak-scaling table, and per S1w case and rank count > 1 parsim's efficiency
+    against each peer's (best and median repeats); sets each entry's efficiencies (JSON)."""
+    heads = ["code", "case", "spheres/rank", "ranks", "processors", "N total", "ms/step",
+             "efficiency", "median ms/step", "median efficiency", "repeats",
+             "other procs (cores)"]
+    rows = []
+    one = {(w["tool"], w["n_side"]): (w["result"]["loop_time"] / w["result"]["steps"],
+                                      w["result"]["spread"]["median"] / w["result"]["steps"])
+           for w in results["weak_peers"] if w["ranks"] == 1 and "loop_time" in w["result"]}
+    for w in results["weak_peers"]:
+        r = w["result"]
+        key = (w["tool"], w["n_side"])
+        if "loop_time" not in r:
+            rows.append([w["tool"], f"S1w:{w['n_side']}", f"{w['n_side'] ** 3:,}",
+                         str(w["ranks"]), "x".join(map(str, w["tiles"])), "-",
+                         r.get("error", "?")[-40:]] + ["-"] * 5)
+            continue
+        t, tm = r["loop_time"] / r["steps"], r["spread"]["median"] / r["steps"]
+        t1, tm1 = one.get(key, (None, None))
+        w["ms_per_step"], w["median_ms_per_step"] = 1e3 * t, 1e3 * tm
+        w["efficiency"], w["median_efficiency"] = _eff(t1, t), _eff(tm1, tm)
+        rows.append([w["tool"], f"S1w:{w['n_side']}", f"{r['n'] // w['ranks']:,}", str(w["ranks"]),
+                     "x".join(map(str, w["tiles"])), f"{r['n']:,}", f"{1e3 * t:.3f}",
+                     _pct(w["efficiency"]), f"{1e3 * tm:.3f}", _pct(w["median_efficiency"]),
+                     str(r["repeats"]), _f(r.get("foreign_cores_during"), ".2f")])
+    # parsim's efficiencies (weak_rows sets the best one), medians from the spread
+    s1 = [w for w in results["weak"] if w["scenario"] == "S1w" and "wall" in w["result"]]
+    par1 = {w["n_side"]: w["result"]["spread"]["median"] / w["result"]["steps"]
+            for w in s1 if w["ranks"] == 1}
+    par = {}
+    for w in s1:
+        tm = w["result"]["spread"]["median"] / w["result"]["steps"]
+        par[(w["n_side"], w["ranks"])] = (w.get("efficiency"), _eff(par1.get(w["n_side"]), tm))
+    ratios = []
+    for w in results["weak_peers"]:
+        if w["ranks"] == 1:
+            continue
+        pe, pm = par.get((w["n_side"], w["ranks"]), (None, None))
+        fe, fm = w.get("efficiency"), w.get("median_efficiency")
+        ratios.append({"case": f"S1w:{w['n_side']}", "spheres_per_rank": w["n_side"] ** 3,
+                       "ranks": w["ranks"], "peer": w["tool"], "parsim_efficiency": pe,
+                       "peer_efficiency": fe, "ratio": pe / fe if pe and fe else None,
+                       "parsim_median_efficiency": pm, "peer_median_efficiency": fm,
+                       "median_ratio": pm / fm if pm and fm else None})
+    results["weak_ratios"] = ratios
+    lines = []
+    for c in sorted({(x["case"], x["spheres_per_rank"], x["ranks"]) for x in ratios},
+                    key=lambda c: (c[1], c[2])):
+        xs = [x for x in ratios if (x["case"], x["spheres_per_rank"], x["ranks"]) == c]
+        lines.append(
+            f"{c[0]} ({c[1]:,} spheres/rank), {c[2]} ranks: parsim efficiency "
+            f"{_pct(xs[0]['parsim_efficiency'])} (median {_pct(xs[0]['parsim_median_efficiency'])}); "
+            + "; ".join(f"{x['peer']} {_pct(x['peer_efficiency'])} (median "
+                        f"{_pct(x['peer_median_efficiency'])}), parsim / {x['peer']} = "
+                        f"{_f(x['ratio'], '.2f')} (medians {_f(x['median_ratio'], '.2f')})"
+                        for x in xs))
+    return heads, rows, lines
 
 
 SPLIT_HEADS = ["case", "ranks", "rank", "step ms", "compute ms", "(neigh / contacts / integr.)",
@@ -725,6 +882,13 @@ def report(results, a, info, command, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     wh, wr = weak_rows(results)
     print(text_table(wh, wr, "weak scaling (best of the repeats; efficiency = t(1 rank)/t(P ranks))"))
+    ph, pr, plines = peer_weak_rows(results)
+    if pr:
+        print(text_table(ph, pr, "peers, weak scaling (S1w; the code's Loop time; best of the "
+                                 "repeats)"))
+        print("weak-scaling efficiency, parsim / peer:")
+        for ln in plines:
+            print("  " + ln)
     split, comm = [], []
     for w in results["weak"]:
         s, c = split_rows(f"weak {w['scenario']} {w['n_side'] ** 3:,}/rank", w["result"])
@@ -779,6 +943,22 @@ def report(results, a, info, command, out: Path) -> None:
         md_table(wh, wr),
         "",
     ]
+    if pr:
+        md += [
+            "### Peers, weak scaling",
+            "",
+            "LAMMPS and LIGGGHTS on S1w, interleaved with parsim's runs (same warm-up and timed",
+            "steps): on 1 rank the peers' `s1_gas` input with `-var n N`, on P ranks the same",
+            "lattice tiled along the split axes (`-var nx P*N` ..., box P x 1 x 1 cubes for the",
+            "slab layout) with `processors` set so that every rank owns one N^3 tile (the peers",
+            "draw velocities per atom, so the tiles differ but the work per rank is the same).",
+            "ms/step = the code's own `Loop time` / steps; efficiency = ms/step on 1 rank / on P",
+            "ranks. parsim / peer = parsim's weak-scaling efficiency over the peer's: near 1, the",
+            "machine limits the efficiency (both codes lose the same); below 1, parsim does.",
+            "",
+            md_table(ph, pr),
+            "",
+        ] + [f"- {ln}" for ln in plines] + [""]
     if sr:
         md += [
             f"## Strong scaling: S2b, {a.strong_n ** 3:,} spheres",
@@ -849,6 +1029,13 @@ def plot(results, a, out: Path) -> None:
         if ws:
             ax.plot([w["ranks"] for w in ws], [100 * w["efficiency"] for w in ws], "o-",
                     label=f"{sc}, {n ** 3:,}/rank")
+    for (tool, n), mk in zip(sorted({(w["tool"], w["n_side"]) for w in results["weak_peers"]}),
+                             "s^Dvx+*<>"):
+        ws = [w for w in results["weak_peers"] if (w["tool"], w["n_side"]) == (tool, n)
+              and w.get("efficiency")]
+        if ws:
+            ax.plot([w["ranks"] for w in ws], [100 * w["efficiency"] for w in ws], mk + ":",
+                    mfc="none", label=f"{tool} S1w, {n ** 3:,}/rank")
     ax.axhline(90, color="grey", ls="--", lw=0.8)
     ax.set_xlabel("MPI ranks")
     ax.set_ylabel("weak-scaling efficiency [%]")

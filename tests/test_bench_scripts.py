@@ -62,3 +62,26 @@ def test_benchmark_script_runs_and_writes_its_report(script, tmp_path):
 def test_every_benchmark_script_is_listed():
     scripts = {p.stem for p in (REPO / "scripts").glob("bench_*.py")} - {"bench_common"}
     assert scripts == set(SMALLEST)
+
+
+def test_peer_weak_variables_are_read_by_the_peer_scripts():
+    """bench_scaling tiles the peers' S1w input with ``-var nx ... -var px ...``; LAMMPS and
+    LIGGGHTS silently ignore a ``-var`` their script never reads (a 2-rank run would then time
+    the untiled cube), so every variable passed must be an ``index`` variable the script uses."""
+    import re
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import bench_scaling
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    assert bench_scaling.peer_weak_args(12, [1, 1, 1]) == []     # one rank: the plain input
+    args = bench_scaling.peer_weak_args(12, [2, 1, 1])
+    names = dict(zip(args[1::3], args[2::3]))
+    assert args[::3] == ["-var"] * len(names)
+    assert names == {"nx": "24", "ny": "12", "nz": "12", "px": "2", "py": "1", "pz": "1"}
+    for ext in ("lammps", "liggghts"):
+        text = (REPO / "scripts" / "peers" / f"s1_gas.{ext}").read_text()
+        for name in names:
+            assert re.search(rf"^variable\s+{name}\s+index\s", text, re.M), (ext, name)
+            assert "${" + name + "}" in text, (ext, name)
