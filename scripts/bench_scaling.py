@@ -1019,7 +1019,8 @@ def plot(results, a, out: Path) -> None:
     except ImportError:
         print("matplotlib missing: no plot (pip install -e '.[bench]')")
         return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    strong = bool(results["strong"]["parsim"])      # no third panel for --weak-only
+    fig, axes = plt.subplots(1, 3 if strong else 2, figsize=(15 if strong else 10, 4.6))
     # 1: weak-scaling efficiency per case
     ax = axes[0]
     cases = sorted({(w["scenario"], w["n_side"]) for w in results["weak"]})
@@ -1064,6 +1065,11 @@ def plot(results, a, out: Path) -> None:
     ax.set_yscale("log") if bottom.size and bottom.max() > 20 * max(bottom.min(), 1e-9) else None
     ax.legend(fontsize=7)
     ax.set_title("time per step and rank")
+    if not strong:
+        fig.tight_layout()
+        fig.savefig(out / "scaling.png", dpi=110)
+        plt.close(fig)
+        return
     # 3: strong scaling, particle-steps/s
     ax = axes[2]
     codes = [("parsim", results["strong"]["parsim"])] + \
