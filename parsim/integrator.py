@@ -517,6 +517,21 @@ def screen_loads(n, force, torque):
     return k, np.int64(fbits).view(np.float64)
 
 
+@njit(cache=True, error_model="numpy")
+def screen_rows(rows, m, force, torque):
+    """:func:`screen_loads` over the bodies ``rows[:m]`` only (the rows a step's sparse sums
+    wrote; see ``Simulation._screen_loads``)."""
+    k = np.int64(0)
+    fbits = np.int64(0)
+    for q in range(m):
+        i = rows[q]
+        for d in range(3):
+            x = force[i, d]
+            k += np.int64(not math.isfinite(x + torque[i, d]))
+            fbits = max(fbits, np.float64(abs(x)).view(np.int64))
+    return k, np.int64(fbits).view(np.float64)
+
+
 #: a float64 above sqrt(3): |F| <= SQRT3_UP x the largest |component|
 SQRT3_UP = 1.7320508075688776
 

@@ -235,6 +235,8 @@ def _poison(sim, uid, step):
         if sim.step_count + 1 == step:
             st = sim.st
             st.force[np.flatnonzero(st.uid[: st.n_owned] == uid), 0] = np.nan
+            # rows changed after the sums: no longer the kept ones (as accumulate's keep=False)
+            sim.nl.n_listed[0] = -1
     sim._forces = poisoned
 
 
@@ -246,6 +248,40 @@ def _fail(sim, steps, one_at_a_time):
         else:
             sim.run(steps)
     return str(e.value)
+
+
+def test_screen_of_the_kept_rows_has_the_verdict_of_the_full_screen(monkeypatch):
+    """With sparse sums that keep gravity-only rows, ``Simulation._screen_loads`` reads only the
+    rows written in the step: the same count of non-finite values as the full screen, and a
+    largest force component at least as large (the kept rows' m g, over every movable body),
+    also with a NaN in a touched body's force."""
+    sim = _pile(seed=4)
+    seen = {"kept": 0, "full": 0, "nan": 0}
+    real = parsim.Simulation._screen_loads
+
+    def compare(self, no):
+        nl, st = self.nl, self.st
+        if nl.n_listed[0] >= 0:
+            seen["kept"] += 1
+            if seen["kept"] == 50 and nl.n_listed[0] > 0:
+                st.force[nl.listed[0][0], 1] = np.nan     # a touched body's force
+                seen["nan"] += 1
+        else:
+            seen["full"] += 1
+        got = real(self, no)
+        want = I.screen_loads(no, st.force, st.torque)
+        assert got[0] == want[0]
+        if want[0] == 0:
+            assert got[1] >= want[1]
+            movable = (st.flags[:no] & FIXED) == 0
+            gmax = np.abs(st.mass[:no][movable, None] * self.gravity).max()
+            assert got[1] == max(want[1], gmax)
+        return got
+
+    monkeypatch.setattr(parsim.Simulation, "_screen_loads", compare)
+    with pytest.raises(parsim.SimulationError):
+        sim.run(400)                    # the NaN stops the run at that step
+    assert seen["kept"] >= 50 and seen["full"] >= 1 and seen["nan"] == 1
 
 
 def test_a_non_finite_force_stops_run_where_step_stops():
