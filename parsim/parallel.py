@@ -43,18 +43,18 @@ def dual(fn, **options):
     return njit(cache=True, **options)(g), par
 
 
-def variant(fn, suffix: str, **constants):
+def variant(fn, suffix: str, options: dict | None = None, **constants):
     """A dispatcher of the plain Python function ``fn`` that sees ``constants`` as globals
     (numba folds them: a branch on one costs nothing where it is False), cached under its own
-    name (``fn``'s + ``suffix``). Make it after every global ``fn`` reads is defined (its globals
-    are a copy of the module's at that point)."""
+    name (``fn``'s + ``suffix``); ``options`` go to ``njit``. Make it after every global ``fn``
+    reads is defined (its globals are a copy of the module's at that point)."""
     g = dict(fn.__globals__)
     g.update(constants)
     f = types.FunctionType(fn.__code__, g, fn.__name__ + suffix, fn.__defaults__, fn.__closure__)
     f.__qualname__ = fn.__qualname__ + suffix
     f.__module__ = fn.__module__
     f.__doc__ = fn.__doc__
-    return njit(cache=True)(f)
+    return njit(cache=True, **(options or {}))(f)
 
 
 def threaded(n: int) -> bool:

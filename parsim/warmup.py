@@ -94,6 +94,7 @@ def compile_kernels() -> None:
         sim = build(spheres, "<warm-up>", comm=None).sim
         sim.run(30)
         _far_listing(sim)
+        _screens(sim)
         sim = _run_scene(scene)
         sim.nl.export_touching()           # a checkpoint's springs (and a migration's)
         _pressed_box()
@@ -157,6 +158,16 @@ def _far_listing(sim) -> None:
     _accumulate_far(no, nl.ptr, nl.entry, nl.live, False, nl.touched, nl.pout, st.flags,
                     st.mass, sim.gravity, st.force, st.torque, sim._keep_rows, nl.kept_gravity,
                     nl.pa, nl.pb, nl.listed, nl.n_listed)
+
+
+def _screens(sim) -> None:
+    """Both load screens of the joint pass (``Simulation._screen_loads``: the rows the sums
+    wrote, or all of them); which one a short scene reaches depends on its contacts."""
+    from . import integrator as I
+
+    st, nl = sim.st, sim.nl
+    I.screen_rows(nl.listed[0], 0, st.force, st.torque)
+    I.screen_loads(st.n_owned, st.force, st.torque)
 
 
 def _detection_builds() -> None:

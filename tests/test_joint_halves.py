@@ -284,6 +284,53 @@ def test_screen_of_the_kept_rows_has_the_verdict_of_the_full_screen(monkeypatch)
     assert seen["kept"] >= 50 and seen["full"] >= 1 and seen["nan"] == 1
 
 
+def _watch_bound_only(monkeypatch, sim):
+    """Every rank lets its joint pass skip the displacement (``BOUND_ONLY_MIN`` = 0); records,
+    for each joint pass that skipped it, whether this rank's actual displacement (computed
+    here from the arrays) is within the bound of every rank the preceding check returned."""
+    monkeypatch.setattr(I, "BOUND_ONLY_MIN", 0)
+    seen = {"ahead": np.inf, "free": 0, "bad": []}
+    check = sim._check
+
+    def checked(*a, **k):
+        seen["ahead"] = check(*a, **k)
+        return seen["ahead"]
+    monkeypatch.setattr(sim, "_check", checked)
+
+    def watched(build):
+        def f(*a):
+            out = build(*a)
+            if not a[-1]:                 # track False
+                seen["free"] += 1
+                st = sim.st
+                no = st.n_owned
+                d = st.position[:no] - st.ref_position[:no]
+                movable = (st.flags[:no] & FIXED) == 0
+                real = np.sqrt((d * d).sum(axis=1))[movable].max(initial=0.0)
+                if not (out[0] == np.inf and real <= seen["ahead"] < 0.5 * sim.nl.skin):
+                    seen["bad"].append((out[0], real, seen["ahead"]))
+            return out
+        return f
+    monkeypatch.setattr(I, "both_halves", tuple(watched(b) for b in I.both_halves))
+    return seen
+
+
+@pytest.mark.parametrize("periodic", [False, True], ids=["walled", "periodic"])
+def test_bound_only_joint_pass_keeps_the_bits(monkeypatch, periodic):
+    """A rank whose joint pass skips the displacement while the bound rules out a rebuild
+    (large ranks; here forced) gives the bits and the rebuilds of the exact one; the bound
+    holds at every such pass, and most passes skip."""
+    ref = _pile(periodic=periodic)
+    ref.run(500)
+    sim = _pile(periodic=periodic)
+    seen = _watch_bound_only(monkeypatch, sim)
+    sim.run(500)
+    assert not seen["bad"], seen["bad"][:5]
+    assert seen["free"] > 250, seen["free"]
+    assert sim.nl.builds == ref.nl.builds
+    _bits_equal(sim.state(), ref.state())
+
+
 def test_a_non_finite_force_stops_run_where_step_stops():
     out = []
     for one in (False, True):
@@ -376,6 +423,32 @@ def test_ranks_drift_bound_holds_every_step(comm, monkeypatch, periodic):
     bad = comm.allgather(seen["bad"])
     _verdict(comm, not any(bad), f"displacements above their bounds: {bad}")
     _verdict(comm, seen["used"] > 300, f"the bound was used in {seen['used']} steps only")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("periodic", [False, True], ids=["walled", "periodic"])
+def test_ranks_bound_only_joint_pass_gives_the_serial_bits(comm, monkeypatch, periodic):
+    """Every rank skipping the displacement in its joint pass while every rank's bound rules
+    out a rebuild: the serial run's bits and rebuilds, the bound holds on every rank."""
+    ref = None
+    if comm.rank == 0:
+        s = _pile(comm=None, periodic=periodic)
+        s.run(500)
+        ref = (s.state(), s.nl.builds)
+    quiet_barrier(comm)
+    sim = _pile(comm=comm, periodic=periodic)
+    seen = _watch_bound_only(monkeypatch, sim)
+    sim.run(500)
+    got = sim.state(gather=True)
+    ok = True
+    if comm.rank == 0:
+        ok = all(np.array_equal(np.asarray(got[k]).view(np.uint8),
+                                np.asarray(ref[0][k]).view(np.uint8)) for k in ref[0])
+    _verdict(comm, ok, f"{comm.size} ranks differ from the serial run")
+    builds = comm.bcast(None if ref is None else ref[1], root=0)
+    _verdict(comm, sim.nl.builds == builds, f"{sim.nl.builds} rebuilds, serial {builds}")
+    _verdict(comm, not seen["bad"], f"bounds broken: {seen['bad'][:5]}")
+    _verdict(comm, seen["free"] > 100, f"only {seen['free']} passes skipped the displacement")
 
 
 @pytest.mark.mpi(min_size=2)
