@@ -284,18 +284,23 @@ def test_screen_of_the_kept_rows_has_the_verdict_of_the_full_screen(monkeypatch)
     assert seen["kept"] >= 50 and seen["full"] >= 1 and seen["nan"] == 1
 
 
-def _watch_bound_only(monkeypatch, sim):
-    """Every rank lets its joint pass skip the displacement (``BOUND_ONLY_MIN`` = 0); records,
-    for each joint pass that skipped it, whether this rank's actual displacement (computed
-    here from the arrays) is within the bound of every rank the preceding check returned."""
-    monkeypatch.setattr(I, "BOUND_ONLY_MIN", 0)
-    seen = {"ahead": np.inf, "free": 0, "bad": []}
+def _record_ahead(monkeypatch, sim, seen):
+    """Keep in ``seen["ahead"]`` what the step's check last returned (every rank's bound)."""
     check = sim._check
 
     def checked(*a, **k):
         seen["ahead"] = check(*a, **k)
         return seen["ahead"]
     monkeypatch.setattr(sim, "_check", checked)
+
+
+def _watch_bound_only(monkeypatch, sim):
+    """Every rank lets its joint pass skip the displacement (``BOUND_ONLY_MIN`` = 0); records,
+    for each joint pass that skipped it, whether this rank's actual displacement (computed
+    here from the arrays) is within the bound of every rank the preceding check returned."""
+    monkeypatch.setattr(I, "BOUND_ONLY_MIN", 0)
+    seen = {"ahead": np.inf, "free": 0, "bad": []}
+    _record_ahead(monkeypatch, sim, seen)
 
     def watched(build):
         def f(*a):
@@ -361,6 +366,31 @@ def _verdict(comm, ok: bool, what: str):
     assert not bad, bad
 
 
+def _serial_reference(comm, steps, **pile):
+    """On rank 0: (state, rebuilds) of the serial ``_pile(**pile)`` after ``steps`` steps (the
+    other ranks sleep meanwhile and get None)."""
+    ref = None
+    if comm.rank == 0:
+        s = _pile(comm=None, **pile)
+        s.run(steps)
+        ref = (s.state(), s.nl.builds)
+    quiet_barrier(comm)
+    return ref
+
+
+def _verdict_serial(comm, sim, ref):
+    """Every rank asserts that ``sim``'s gathered state is rank 0's serial ``ref`` bit for bit
+    and that it rebuilt as often."""
+    got = sim.state(gather=True)
+    ok = True
+    if comm.rank == 0:
+        ok = all(np.array_equal(np.asarray(got[k]).view(np.uint8),
+                                np.asarray(ref[0][k]).view(np.uint8)) for k in ref[0])
+    _verdict(comm, ok, f"{comm.size} ranks differ from the serial run")
+    builds = comm.bcast(None if ref is None else ref[1], root=0)
+    _verdict(comm, sim.nl.builds == builds, f"{sim.nl.builds} rebuilds, serial {builds}")
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("periodic", [False, True], ids=["walled", "periodic"])
 @pytest.mark.parametrize("box", [False, True], ids=["spheres", "one_capsule"])
@@ -369,27 +399,15 @@ def test_ranks_joint_pass_bitwise(comm, periodic, box):
     owning it, which changes, keeps the separate halves while the others join them), give the
     serial run's bits."""
     steps = 500
-    ref = None
-    if comm.rank == 0:
-        s = _pile(comm=None, periodic=periodic, box=box)
-        s.run(steps)
-        ref = (s.state(), s.nl.builds)
-    quiet_barrier(comm)                # the others sleep while rank 0 runs alone
+    ref = _serial_reference(comm, steps, periodic=periodic, box=box)
     sim = _pile(comm=comm, periodic=periodic, box=box)
     reductions = []
     reduce = sim.net.max
     sim.net.max = lambda x: reductions.append(1) or reduce(x)
     sim.run(steps)
-    got = sim.state(gather=True)
-    ok = True
-    if comm.rank == 0:
-        ok = all(np.array_equal(np.asarray(got[k]).view(np.uint8),
-                                np.asarray(ref[0][k]).view(np.uint8)) for k in ref[0])
-    _verdict(comm, ok, f"{comm.size} ranks differ from the serial run")
-    # the same rebuilds as the serial run, though with spheres only most steps skip the
-    # reduction of the displacement (every rank's drift bound is below half the skin)
-    builds = comm.bcast(None if ref is None else ref[1], root=0)
-    _verdict(comm, sim.nl.builds == builds, f"{sim.nl.builds} rebuilds, serial {builds}")
+    # the same bits and rebuilds as the serial run, though with spheres only most steps skip
+    # the reduction of the displacement (every rank's drift bound is below half the skin)
+    _verdict_serial(comm, sim, ref)
     if not box:
         _verdict(comm, len(reductions) < steps // 2, f"{len(reductions)} reductions")
 
@@ -401,12 +419,7 @@ def test_ranks_drift_bound_holds_every_step(comm, monkeypatch, periodic):
     bound the preceding check's reduction returned, whenever that bound was used (finite)."""
     sim = _pile(comm=comm, periodic=periodic)
     seen = {"ahead": np.inf, "used": 0, "bad": []}
-    check = sim._check
-
-    def checked(*a, **k):
-        seen["ahead"] = check(*a, **k)
-        return seen["ahead"]
-    monkeypatch.setattr(sim, "_check", checked)
+    _record_ahead(monkeypatch, sim, seen)
     builds = I.both_halves
 
     def bounded(build):
@@ -430,23 +443,11 @@ def test_ranks_drift_bound_holds_every_step(comm, monkeypatch, periodic):
 def test_ranks_bound_only_joint_pass_gives_the_serial_bits(comm, monkeypatch, periodic):
     """Every rank skipping the displacement in its joint pass while every rank's bound rules
     out a rebuild: the serial run's bits and rebuilds, the bound holds on every rank."""
-    ref = None
-    if comm.rank == 0:
-        s = _pile(comm=None, periodic=periodic)
-        s.run(500)
-        ref = (s.state(), s.nl.builds)
-    quiet_barrier(comm)
+    ref = _serial_reference(comm, 500, periodic=periodic)
     sim = _pile(comm=comm, periodic=periodic)
     seen = _watch_bound_only(monkeypatch, sim)
     sim.run(500)
-    got = sim.state(gather=True)
-    ok = True
-    if comm.rank == 0:
-        ok = all(np.array_equal(np.asarray(got[k]).view(np.uint8),
-                                np.asarray(ref[0][k]).view(np.uint8)) for k in ref[0])
-    _verdict(comm, ok, f"{comm.size} ranks differ from the serial run")
-    builds = comm.bcast(None if ref is None else ref[1], root=0)
-    _verdict(comm, sim.nl.builds == builds, f"{sim.nl.builds} rebuilds, serial {builds}")
+    _verdict_serial(comm, sim, ref)
     _verdict(comm, not seen["bad"], f"bounds broken: {seen['bad'][:5]}")
     _verdict(comm, seen["free"] > 100, f"only {seen['free']} passes skipped the displacement")
 
