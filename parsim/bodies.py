@@ -131,6 +131,13 @@ class BodyStorage:
                    slots, out)
         return out
 
+    def _index(self, sl: slice) -> np.ndarray:
+        """Give slots ``sl`` (fields written) their keys in the key -> slot map; returns them."""
+        self.key[sl] = keys_of(self.uid[sl], self.image[sl])
+        slots = np.arange(sl.start, sl.stop, dtype=np.int64)
+        self.map.insert(self.key[sl], slots)
+        return slots
+
     def _put_rows(self, rows: np.ndarray) -> slice:
         """Write rows of :meth:`pack_rows` to the slots after the last one; returns them."""
         k = rows.shape[0]
@@ -162,9 +169,7 @@ class BodyStorage:
         for name, arr in values.items():
             getattr(self, name)[sl] = arr
         self.image[sl] = NO_SHIFT
-        self.key[sl] = keys_of(self.uid[sl], self.image[sl])
-        slots = np.arange(sl.start, sl.stop, dtype=np.int64)
-        self.map.insert(self.key[sl], slots)
+        slots = self._index(sl)
         self.n_owned += k
         return slots
 
@@ -177,8 +182,7 @@ class BodyStorage:
             return
         sl = self._put_rows(rows)
         self.image[sl] = NO_SHIFT
-        self.key[sl] = keys_of(self.uid[sl], self.image[sl])
-        self.map.insert(self.key[sl], np.arange(sl.start, sl.stop, dtype=np.int64))
+        self._index(sl)
         self.n_owned += sl.stop - sl.start
 
     def remove_owned(self, slots: np.ndarray) -> None:
@@ -238,14 +242,13 @@ class BodyStorage:
         start = self.n
         self.reserve(start + k)
         sl = slice(start, start + k)
-        src = np.ascontiguousarray(src_slots, dtype=np.int64)
-        # sources are rows below ``start``
+        # one kernel over the rows (sources are below ``start``): packing them into rows and
+        # putting those back took twice as long (2,600 images: 0.23 against 0.11 ms)
         _copy_body_rows(self._words(), self.image, self.shape, self.flags, self.material,
-                        self.wraps, src, start)
+                        self.wraps, np.ascontiguousarray(src_slots, dtype=np.int64), start)
         self.image[sl] = image
         self.flags[sl] |= SHADOW
-        self.key[sl] = keys_of(self.uid[sl], self.image[sl])
-        self.map.insert(self.key[sl], np.arange(start, start + k, dtype=np.int64))
+        self._index(sl)
         self.n_shadow += k
 
     def append_shadow_rows(self, rows: np.ndarray) -> None:
@@ -255,8 +258,7 @@ class BodyStorage:
             return
         sl = self._put_rows(rows)
         self.flags[sl] |= SHADOW
-        self.key[sl] = keys_of(self.uid[sl], self.image[sl])
-        self.map.insert(self.key[sl], np.arange(sl.start, sl.stop, dtype=np.int64))
+        self._index(sl)
         self.n_shadow += sl.stop - sl.start
 
 
