@@ -25,12 +25,14 @@ are O(1) per body (swap-remove in the storage, the hash grid is updated incremen
 from __future__ import annotations
 
 import time
+from collections.abc import MutableMapping
 
 import numpy as np
 from numba import njit
 
 from .bodies import FIELDS, GLOBAL, IMAGE_WORD, NO_SHIFT, REPLICATED, ROW_WORDS, BodyStorage
-from .comm import Net
+from . import native_mpi as nm
+from .comm import _TAG, Net
 from .decomposition import NONE, Decomposition
 
 #: one body as a record (all storage fields): the rows of checkpoints
@@ -121,6 +123,51 @@ def _prune_copies(src, dst, needed, keep):
     return m
 
 
+#: the columns of a step of :func:`_run_program` (one row of ``ops``)
+_KIND, _A0, _A1, _B0, _B1, _DOWN, _UP, _FIRST, _FROM_DOWN, _TAG_A, _TAG_B, _WIDTH = range(12)
+#: kinds of step: local copies, one message each way with the same rank on both sides, a
+#: message each way with each of two neighbours
+_COPY, _WHOLE, _PAIR = 0, 1, 2
+
+
+@njit(cache=True)
+def _run_program(ops, idx, buf, hr, tim, position, orientation, velocity, angular_velocity):
+    """The whole per-step refresh in one call (:mod:`parsim.native_mpi`): the steps of
+    :meth:`Halo._program` as rows of ``ops`` (see ``_KIND`` ...), their slots in ``idx``, the
+    message buffers in ``buf`` (out, then in), ``hr`` the MPI handles then four requests;
+    ``tim`` accumulates the seconds of packing, messages and unpacking (then two words for
+    the clock). Returns MPI's error code (0: none)."""
+    h, reqs, ts = hr[:4], hr[4:], tim[3:].view(np.int64)
+    for s in range(ops.shape[0]):
+        op = ops[s]
+        src = idx[op[_A0]:op[_A1]]
+        dst = idx[op[_B0]:op[_B1]]
+        w = op[_WIDTH]
+        if op[_KIND] == _COPY:
+            _copy_rows(src, dst, position, orientation, velocity, angular_velocity, w > 9)
+            continue
+        ns, nr = src.shape[0], dst.shape[0]
+        out = buf[: ns * w]
+        inbuf = buf[ns * w: (ns + nr) * w]
+        t0 = nm.now(ts)
+        _pack_state(src, position, orientation, velocity, angular_velocity, out.reshape((ns, w)))
+        t1 = nm.now(ts)
+        if op[_KIND] == _WHOLE:
+            e = nm.sendrecv(out, inbuf, op[_UP], op[_TAG_A], h)
+        else:
+            e = nm.exchange(out, op[_FIRST] * w, inbuf, op[_FROM_DOWN] * w, op[_DOWN], op[_UP],
+                            op[_TAG_A], op[_TAG_B], NONE, reqs, h)
+        if e:
+            return e
+        t2 = nm.now(ts)
+        _unpack_state(inbuf.reshape((nr, w)), dst, position, orientation, velocity,
+                      angular_velocity)
+        tim[0] += t1 - t0
+        tim[1] += t2 - t1
+        tim[2] += nm.now(ts) - t2
+    return 0
+
+
 def _shifted(image: np.ndarray, axis: int, delta: int) -> np.ndarray:
     """Image codes ``image`` with ``delta`` (-1, 0, +1) added to the periodic shift along
     ``axis``."""
@@ -132,6 +179,28 @@ def _shift_image(rows: np.ndarray, axis: int, delta: int) -> None:
     :meth:`BodyStorage.pack_rows`)."""
     if rows.shape[0]:
         rows[:, IMAGE_WORD] = _shifted(rows[:, IMAGE_WORD], axis, delta)
+
+
+class _Seconds(MutableMapping):
+    """Named float64 entries of an array (that kernels add to), as a mapping."""
+
+    def __init__(self, values: np.ndarray, names):
+        self._values, self._index = values, {k: i for i, k in enumerate(names)}
+
+    def __getitem__(self, key):
+        return float(self._values[self._index[key]])
+
+    def __setitem__(self, key, value):
+        self._values[self._index[key]] = value
+
+    def __delitem__(self, key):
+        raise TypeError("the refresh's timers cannot be removed")
+
+    def __iter__(self):
+        return iter(self._index)
+
+    def __len__(self):
+        return len(self._index)
 
 
 class Halo:
@@ -157,9 +226,14 @@ class Halo:
         self.pruning = True
         #: whether the refresh carries the orientation (:data:`SPHERE_WIDTH`; set by build)
         self.turning = True
+        # the program as arrays for _run_program (with native MPI): (ops, idx, buf, hr, bytes,
+        # messages)
+        self._native = None
+        # the refresh's seconds (pack, exchange, unpack; then two words for the kernel's clock)
+        self._tim = np.zeros(5)
         #: seconds spent in the per-step shadow refresh: packing, the exchange (sending and
-        #: waiting for the neighbours), unpacking
-        self.timers = {"pack": 0.0, "exchange": 0.0, "unpack": 0.0}
+        #: waiting for the neighbours), unpacking (a mapping; setting a value resets it)
+        self.timers = _Seconds(self._tim, ("pack", "exchange", "unpack"))
 
     # ---- shadows -----------------------------------------------------------------------------
     def reset(self) -> None:
@@ -168,6 +242,7 @@ class Halo:
         self.global_src = np.empty(0, dtype=np.int64)
         self.local = None
         self.program = []
+        self._native = None
         self.received = self.refreshed = 0
 
     def build(self, st: BodyStorage, reach: float, turning: bool = True) -> None:
@@ -291,6 +366,41 @@ class Halo:
         if not steps:
             self.local = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
         self.refreshed = sum(s[2].size if s[0] == "copy" else s[5].size for s in steps)
+        self._native = None
+        if self.net.native is not None and self.local is None:
+            self._native = self._arrays(steps)
+
+    def _arrays(self, steps):
+        """The program as :func:`_run_program` takes it, with the bytes and messages each call
+        sends."""
+        dec = self.dec
+        width = STATE_WIDTH if self.turning else SPHERE_WIDTH
+        ops = np.zeros((len(steps), 12), dtype=np.int64)
+        parts, at, size, nbytes, messages = [], 0, 0, 0, 0
+        for k, step in enumerate(steps):
+            a, b = (step[1], step[2]) if step[0] == "copy" else (step[2], step[5])
+            ops[k, _A0:_B1 + 1] = at, at + a.size, at + a.size, at + a.size + b.size
+            parts += [a, b]
+            at += a.size + b.size
+            ops[k, _WIDTH] = width
+            if step[0] == "copy":
+                ops[k, _KIND] = _COPY
+                continue
+            d, whole, n_first, n_from_down = step[1], step[6], step[8], step[9]
+            ops[k, _DOWN:_TAG_B + 1] = (dec.down[d], dec.up[d], n_first, n_from_down,
+                                       *((_TAG + 200 + d, 0) if whole else
+                                         (_TAG + 100 + 2 * d, _TAG + 101 + 2 * d)))
+            ops[k, _KIND] = _WHOLE if whole else _PAIR
+            size = max(size, (a.size + b.size) * width)
+            sends = ([a.size] if whole else
+                     [n for n, peer in ((n_first, dec.down[d]), (a.size - n_first, dec.up[d]))
+                      if peer != NONE])
+            nbytes += 8 * width * sum(sends)
+            messages += sum(1 for n in sends if n)
+        idx = np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+        hr = np.zeros(8, dtype=np.int32)
+        hr[:4] = self.net.native
+        return ops, idx, np.empty(size), hr, nbytes, messages
 
     def prune(self, needed: np.ndarray) -> None:
         """Collective (neighbours along each axis with messages): leave out of the per-step
@@ -359,7 +469,16 @@ class Halo:
                 _copy_rows(src, dst, st.position, st.orientation, st.velocity,
                            st.angular_velocity, self.turning)
             return
-        tm = self.timers
+        if self._native is not None:
+            ops, idx, buf, hr, nbytes, messages = self._native
+            e = _run_program(ops, idx, buf, hr, self._tim, st.position, st.orientation,
+                             st.velocity, st.angular_velocity)
+            if e:
+                raise RuntimeError(f"parsim: MPI error {e} in the shadow refresh")
+            self.net.bytes_sent += nbytes
+            self.net.messages_sent += messages
+            return
+        tm = self._tim
         for step in self.program:
             if step[0] == "copy":
                 _copy_rows(step[1], step[2], st.position, st.orientation, st.velocity,
@@ -374,9 +493,9 @@ class Halo:
             t2 = time.perf_counter()
             _unpack_state(inbuf, rows, st.position, st.orientation, st.velocity,
                           st.angular_velocity)
-            tm["pack"] += t1 - t0
-            tm["exchange"] += t2 - t1
-            tm["unpack"] += time.perf_counter() - t2
+            tm[0] += t1 - t0
+            tm[1] += t2 - t1
+            tm[2] += time.perf_counter() - t2
 
     # ---- migration ---------------------------------------------------------------------------
     def migrate(self, st: BodyStorage, nl) -> str | None:
@@ -434,3 +553,28 @@ def warm_up() -> None:
                True)
     _prune_copies(slots, slots + 1, np.zeros(16, dtype=np.bool_), np.zeros(1, dtype=np.bool_))
     st.append_shadow_rows(st.pack_rows(slots))
+    _warm_up_native(st)
+
+
+def _warm_up_native(st: BodyStorage) -> None:
+    """The kernels that call MPI (:mod:`parsim.native_mpi`), in a process where MPI is running
+    (a rank), called so that they send nothing: with ``MPI_PROC_NULL`` or no message step.
+    Without MPI they cannot even be compiled (their MPI functions are not found)."""
+    import sys
+
+    if "mpi4py.MPI" not in sys.modules:
+        return
+    MPI = sys.modules["mpi4py.MPI"]
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    h = nm.handles(MPI, MPI.COMM_WORLD)
+    if h is None:
+        return
+    hr = np.zeros(8, dtype=np.int32)
+    hr[:4] = h
+    x = np.zeros(2)
+    nm.pair_max(x, x.copy(), MPI.PROC_NULL, _TAG, h)
+    ops = np.zeros((1, 12), dtype=np.int64)
+    ops[0, _KIND], ops[0, _DOWN], ops[0, _UP], ops[0, _WIDTH] = _PAIR, NONE, NONE, SPHERE_WIDTH
+    _run_program(ops, np.empty(0, dtype=np.int64), np.empty(0), hr, np.zeros(5), st.position,
+                 st.orientation, st.velocity, st.angular_velocity)

@@ -197,3 +197,36 @@ def test_pruned_refresh_keeps_the_chain_of_a_corner_image():
     assert np.all(v[0] > 0.5) and np.all(v[1] < -0.5)      # they bounced off each other
     assert sim.halo.refreshed < sim.st.n_shadow
     assert _same(sim.state(), full.state())
+
+
+@pytest.mark.mpi(min_size=2)
+def test_ranks_refresh_and_check_from_kernels_or_mpi4py_give_the_serial_bits(comm, monkeypatch):
+    """The per-step messages go through MPI called from kernels (parsim.native_mpi) where the
+    library has the MPICH ABI, else through mpi4py: both ways give the serial run's bits and
+    count the same bytes, and PARSIM_NATIVE_MPI=0 chooses mpi4py."""
+    from mpi4py import MPI
+
+    ref = None
+    if comm.rank == 0:
+        s = _gas()
+        s.run(300)
+        ref = s.state()
+    quiet_barrier(comm)
+    runs = {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("PARSIM_NATIVE_MPI", native)
+        sim = _gas(comm)
+        runs[native] = (sim.net.native is not None, sim.net.bytes_sent)
+        sim.run(300)
+        runs[native] = (runs[native][0], sim.net.bytes_sent, sim.net.messages_sent,
+                        sim.state(gather=True))
+    bad = None
+    mpich = MPI.Get_library_version().startswith("MPICH")
+    if runs["1"][0] != mpich or runs["0"][0]:
+        bad = f"kernels' MPI used: {runs['1'][0]} (MPICH: {mpich}), with PARSIM_NATIVE_MPI=0: {runs['0'][0]}"
+    elif runs["1"][1:3] != runs["0"][1:3]:
+        bad = f"bytes and messages {runs['1'][1:3]} != {runs['0'][1:3]} on rank {comm.rank}"
+    elif comm.rank == 0 and not (_same(runs["1"][3], ref) and _same(runs["0"][3], ref)):
+        bad = f"{comm.size} ranks differ from the serial run"
+    bad = comm.allgather(bad)
+    _verdict(comm, not any(bad), str([b for b in bad if b]))
