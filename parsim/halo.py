@@ -136,8 +136,11 @@ def _run_program(ops, idx, buf, hr, tim, position, orientation, velocity, angula
     :meth:`Halo._program` as rows of ``ops`` (see ``_KIND`` ...), their slots in ``idx``, the
     message buffers in ``buf`` (out, then in), ``hr`` the MPI handles then four requests;
     ``tim`` accumulates the seconds of packing, messages and unpacking (then two words for
-    the clock). Returns MPI's error code (0: none)."""
-    h, reqs, ts = hr[:4], hr[4:], tim[3:].view(np.int64)
+    the clock), and ``tim[5:7]`` are the two check values every message carries ahead of its
+    rows: this rank's on the way in, the largest of every rank the messages reached on the
+    way out (a message carries the largest of those received in the sweeps before it).
+    Returns MPI's error code (0: none)."""
+    h, reqs, ts, flags = hr[:4], hr[4:], tim[3:5].view(np.int64), tim[5:7]
     for s in range(ops.shape[0]):
         op = ops[s]
         src = idx[op[_A0]:op[_A1]]
@@ -147,21 +150,36 @@ def _run_program(ops, idx, buf, hr, tim, position, orientation, velocity, angula
             _copy_rows(src, dst, position, orientation, velocity, angular_velocity, w > 9)
             continue
         ns, nr = src.shape[0], dst.shape[0]
-        out = buf[: ns * w]
-        inbuf = buf[ns * w: (ns + nr) * w]
+        # out: [flags, rows of the first part, flags, the other rows], in: likewise (the first
+        # part: from below); a whole step sends its first part only, all rows in it
+        nf = ns if op[_KIND] == _WHOLE else op[_FIRST]
+        nd = nr if op[_KIND] == _WHOLE else op[_FROM_DOWN]
+        n_out = 4 + ns * w
+        out = buf[:n_out]
+        inbuf = buf[n_out: n_out + 4 + nr * w]
         t0 = nm.now(ts)
-        _pack_state(src, position, orientation, velocity, angular_velocity, out.reshape((ns, w)))
+        a, b = 2 + nf * w, 2 + nd * w
+        out[0], out[1], out[a], out[a + 1] = flags[0], flags[1], flags[0], flags[1]
+        _pack_state(src[:nf], position, orientation, velocity, angular_velocity,
+                    out[2:a].reshape((nf, w)))
+        _pack_state(src[nf:], position, orientation, velocity, angular_velocity,
+                    out[a + 2:].reshape((ns - nf, w)))
+        inbuf[0] = inbuf[1] = inbuf[b] = inbuf[b + 1] = 0.0    # neutral where none arrives
         t1 = nm.now(ts)
         if op[_KIND] == _WHOLE:
-            e = nm.sendrecv(out, inbuf, op[_UP], op[_TAG_A], h)
+            e = nm.sendrecv(out[:a], inbuf[:b], op[_UP], op[_TAG_A], h)
         else:
-            e = nm.exchange(out, op[_FIRST] * w, inbuf, op[_FROM_DOWN] * w, op[_DOWN], op[_UP],
-                            op[_TAG_A], op[_TAG_B], NONE, reqs, h)
+            e = nm.exchange(out, a, inbuf, b, op[_DOWN], op[_UP], op[_TAG_A], op[_TAG_B], NONE,
+                            reqs, h)
         if e:
             return e
         t2 = nm.now(ts)
-        _unpack_state(inbuf.reshape((nr, w)), dst, position, orientation, velocity,
+        flags[0] = max(flags[0], inbuf[0], inbuf[b])
+        flags[1] = max(flags[1], inbuf[1], inbuf[b + 1])
+        _unpack_state(inbuf[2:b].reshape((nd, w)), dst[:nd], position, orientation, velocity,
                       angular_velocity)
+        _unpack_state(inbuf[b + 2:].reshape((nr - nd, w)), dst[nd:], position, orientation,
+                      velocity, angular_velocity)
         tim[0] += t1 - t0
         tim[1] += t2 - t1
         tim[2] += nm.now(ts) - t2
@@ -229,8 +247,11 @@ class Halo:
         # the program as arrays for _run_program (with native MPI): (ops, idx, buf, hr, bytes,
         # messages)
         self._native = None
-        # the refresh's seconds (pack, exchange, unpack; then two words for the kernel's clock)
-        self._tim = np.zeros(5)
+        # the refresh's seconds (pack, exchange, unpack; then two words for the kernel's clock),
+        # then the two check values of the messages (see _run_program)
+        self._tim = np.zeros(7)
+        #: the check values the native refresh carries (:meth:`refresh_and_agree`)
+        self.flags = self._tim[5:]
         #: seconds spent in the per-step shadow refresh: packing, the exchange (sending and
         #: waiting for the neighbours), unpacking (a mapping; setting a value resets it)
         self.timers = _Seconds(self._tim, ("pack", "exchange", "unpack"))
@@ -391,7 +412,7 @@ class Halo:
                                        *((_TAG + 200 + d, 0) if whole else
                                          (_TAG + 100 + 2 * d, _TAG + 101 + 2 * d)))
             ops[k, _KIND] = _WHOLE if whole else _PAIR
-            size = max(size, (a.size + b.size) * width)
+            size = max(size, (a.size + b.size) * width + 8)
             sends = ([a.size] if whole else
                      [n for n, peer in ((n_first, dec.down[d]), (a.size - n_first, dec.up[d]))
                       if peer != NONE])
@@ -576,5 +597,5 @@ def _warm_up_native(st: BodyStorage) -> None:
     nm.pair_max(x, x.copy(), MPI.PROC_NULL, _TAG, h)
     ops = np.zeros((1, 12), dtype=np.int64)
     ops[0, _KIND], ops[0, _DOWN], ops[0, _UP], ops[0, _WIDTH] = _PAIR, NONE, NONE, SPHERE_WIDTH
-    _run_program(ops, np.empty(0, dtype=np.int64), np.empty(0), hr, np.zeros(5), st.position,
+    _run_program(ops, np.empty(0, dtype=np.int64), np.zeros(8), hr, np.zeros(7), st.position,
                  st.orientation, st.velocity, st.angular_velocity)

@@ -289,6 +289,14 @@ class Simulation:
         self._has_global = False                     # any global body (same on every rank)
         self._restored = None                        # springs loaded from a checkpoint
         self._restart_exact = False                  # next setup continues a checkpoint
+        #: whether steps on several ranks may carry their end-of-step check on the next
+        #: step's refresh (see :meth:`_speculates`); off, every step reduces its check
+        self.speculate = True
+        self._snap = None                            # the state a replay starts from
+        #: steps whose check rode on the next refresh (speculation), and replays
+        self.speculated = 0
+        self.replays = 0
+        self._replaying = False
         self._restored_skin = None                   # the skin in use at the checkpoint
 
     # ---- materials ---------------------------------------------------------------------------
@@ -1173,11 +1181,16 @@ class Simulation:
         slack = self._round_slack() if bounded else math.inf
         # replicated bodies (on every rank) count once in body_steps: on rank 0
         rep = int(np.count_nonzero(st.flags[: st.n_owned] & REPLICATED)) if self.net.rank else 0
+        # the end-of-step check rides on the next step's refresh (see _speculates)
+        spec = self._speculates(n)
+        if spec:
+            self._snapshot()
+        failed = False      # (spec) this rank's state failed the check at the last step's end
         for k in range(n):
             no = st.n_owned
             self.body_steps += no - rep
             t0 = time.perf_counter()
-            if moved is None:
+            if moved is None and not failed:
                 moved = self._first_half(no)
                 checked = False
                 if k + 1 < n:
@@ -1186,10 +1199,21 @@ class Simulation:
                     checked = bad == 0
             t1 = time.perf_counter()
             mine = moved
-            if ahead < 0.5 * nl.skin:
+            if spec:
+                # the refresh carries every rank's verdict on the last step's end and its
+                # displacement (a NaN counts as inf), and brings back the largest of each
+                flags = self.halo.flags
+                flags[0] = 1.0 if failed else 0.0
+                flags[1] = 0.0 if failed else (moved if moved == moved else math.inf)
+                self._refresh_shadows()
+                if flags[0] != 0.0:
+                    self._replay()                # raises the error of the failing rank
+                moved = float(flags[1])
+            elif ahead < 0.5 * nl.skin:
                 moved = ahead     # every rank's bound is below half the skin: no reduction
             else:
                 moved = self.net.max(moved if math.isfinite(moved) else math.inf)
+            rebuilt = False
             if moved > 0.5 * nl.skin or nl.skin == 0.0 or not math.isfinite(moved):
                 tc = time.perf_counter()
                 try:
@@ -1204,8 +1228,10 @@ class Simulation:
                     raise
                 moved = 0.0           # the rebuild took the current poses as reference
                 checked = False       # bodies may have arrived, been wrapped or deleted
+                rebuilt = True
             else:
-                self._refresh_shadows()
+                if not spec:
+                    self._refresh_shadows()
                 tc = time.perf_counter()
             t2 = time.perf_counter()
             self._forces(moved=moved)
@@ -1216,7 +1242,7 @@ class Simulation:
             if checked and k + 1 < n and self._fusable():
                 bad, fmax = self._screen_loads(no)
                 join = bad == 0
-                if join and bounded:
+                if join and bounded and not spec:
                     accel = I.SQRT3_UP * fmax * self._largest_inv_mass()
                     bound = I.drift_bound(mine, speed, accel, self.dt, slack)
             if join:
@@ -1227,12 +1253,21 @@ class Simulation:
             self.step_count += 1
             self.time += self.dt
             t4 = time.perf_counter()
-            try:
-                ahead = self._check(self.step_count, found, bound)
-            except SimulationError:
-                if join:              # another rank failed: end this step here too
-                    self._second_half()
-                raise
+            if spec and k + 1 < n:
+                # no reduction: the next step's refresh carries the verdict; until then this
+                # rank holds a state to restart from (taken again after each rebuild, so that a
+                # replay never crosses one)
+                failed = found[0] >= 0
+                self.speculated += 1
+                if rebuilt:
+                    self._snapshot()
+            else:
+                try:
+                    ahead = self._check(self.step_count, found, bound)
+                except SimulationError:
+                    if join:          # another rank failed: end this step here too
+                        self._second_half()
+                    raise
             t5 = time.perf_counter()
             if join:
                 # every rank's bound below half the skin: the next step takes it as the
@@ -1256,6 +1291,75 @@ class Simulation:
             tm["communication"] += tc - t1
             tm["contacts"] += t3 - t2
             tm["checks"] += t5 - t4
+
+    def _speculates(self, n: int) -> bool:
+        """Collective: whether the ``n`` steps of this call carry each step's end-of-step check
+        on the next step's shadow refresh instead of a reduction of their own (one message
+        exchange per step instead of two).
+
+        A rank then goes on into the next step before it knows the other ranks' verdict. When
+        one failed, every rank learns it at the next refresh and :meth:`_replay` starts again
+        from a state kept for the purpose: so the error is raised at the failing step, with its
+        state, on every rank, as without speculation. That needs the refresh of the kernels
+        (:mod:`parsim.native_mpi`), whose messages carry the verdict; every rank within one
+        block of every other (at most two blocks along each axis, or three along a periodic
+        one), so that the three sweeps reach all ranks; ranks below
+        :data:`parsim.integrator.BOUND_ONLY_MIN` bodies (a large rank's joint pass uses the
+        reduced bound before it starts, and its check costs little against its step); the
+        ownership check off (it reduces every step anyway). The last step of a call keeps its
+        reduction."""
+        if (n < 2 or self.net.size == 1 or self.net.native is None or not self.speculate
+                or self._replaying or self.check_ownership or self.halo._native is None):
+            return False
+        dims, per = self.dec.dims, self.dec.periodic
+        if any(dims[d] > 3 or (dims[d] == 3 and not per[d]) for d in range(3)):
+            return False
+        return self.net.max(float(self.st.n_owned)) < I.BOUND_ONLY_MIN
+
+    #: the fields a step changes (the others change only at rebuilds)
+    _STEPPED = ("position", "velocity", "angular_velocity", "orientation", "force", "torque")
+
+    def _snapshot(self) -> None:
+        """Keep this rank's state at the end of a step for :meth:`_replay`: the fields of the
+        owned bodies a step changes (copies, 23 us for 8,000 bodies against 290 us for every
+        field), and the touching contacts' springs."""
+        st = self.st
+        no = st.n_owned
+        self._snap = (self.step_count, self.time, self.body_steps, st.uid[:no].copy(),
+                      [getattr(st, f)[:no].copy() for f in self._STEPPED],
+                      self.nl.export_touching())
+
+    def _replay(self) -> None:
+        """Collective: a rank failed the check at the end of step ``step_count`` (the others
+        went on into the next step). Every rank puts back its :meth:`_snapshot` (no rebuild came
+        since: the same bodies in the same slots), restarts from it as from a checkpoint
+        (bit-identical), and runs again to that step, each step with its own check, which
+        raises the error there with the state of that step."""
+        failed_at = self.step_count
+        step, t, body_steps, uids, fields, springs = self._snap
+        st = self.st
+        no = st.n_owned
+        if no != uids.size or not np.array_equal(st.uid[:no], uids):
+            raise RuntimeError("parsim: the bodies changed since the state kept for a replay "
+                               "(a bug in parsim; please report it)")
+        self._clear_shadows()
+        for f, a in zip(self._STEPPED, fields):
+            getattr(st, f)[:no] = a
+        self.step_count, self.time, self.body_steps = step, t, body_steps
+        self._restored_skin = self.nl.skin
+        self.nl = None                  # a new list, with the springs kept (as a restart)
+        self._restored = springs
+        self._restart_exact = True
+        self._ready = False
+        self._replaying = True
+        self.replays += 1
+        try:
+            self._check(step)           # a snapshot after a rebuild is of an unchecked step
+            self._advance(failed_at - step)
+        finally:
+            self._replaying = False
+        raise RuntimeError(f"parsim: a rank failed the check at step {failed_at}, but the run "
+                           f"again from step {step} did not (a bug in parsim; please report it)")
 
     def _second_half(self, no: int | None = None):
         """The second half step (kick, with the check of the new state) of the first ``no``

@@ -202,8 +202,9 @@ def test_pruned_refresh_keeps_the_chain_of_a_corner_image():
 @pytest.mark.mpi(min_size=2)
 def test_ranks_refresh_and_check_from_kernels_or_mpi4py_give_the_serial_bits(comm, monkeypatch):
     """The per-step messages go through MPI called from kernels (parsim.native_mpi) where the
-    library has the MPICH ABI, else through mpi4py: both ways give the serial run's bits and
-    count the same bytes, and PARSIM_NATIVE_MPI=0 chooses mpi4py."""
+    library has the MPICH ABI, else through mpi4py (PARSIM_NATIVE_MPI=0 chooses mpi4py). With
+    the kernels a step's check rides on the next refresh (speculation), unless turned off; then
+    the refresh sends what mpi4py's sends. Every way gives the serial run's bits."""
     from mpi4py import MPI
 
     ref = None
@@ -213,20 +214,25 @@ def test_ranks_refresh_and_check_from_kernels_or_mpi4py_give_the_serial_bits(com
         ref = s.state()
     quiet_barrier(comm)
     runs = {}
-    for native in ("1", "0"):
+    for way, native, speculate in (("spec", "1", True), ("kernels", "1", False),
+                                   ("mpi4py", "0", True)):
         monkeypatch.setenv("PARSIM_NATIVE_MPI", native)
         sim = _gas(comm)
-        runs[native] = (sim.net.native is not None, sim.net.bytes_sent)
+        sim.speculate = speculate
         sim.run(300)
-        runs[native] = (runs[native][0], sim.net.bytes_sent, sim.net.messages_sent,
-                        sim.state(gather=True))
+        runs[way] = (sim.net.native is not None, sim.net.bytes_sent, sim.net.messages_sent,
+                     sim.state(gather=True), sim.speculated)
     bad = None
     mpich = MPI.Get_library_version().startswith("MPICH")
-    if runs["1"][0] != mpich or runs["0"][0]:
-        bad = f"kernels' MPI used: {runs['1'][0]} (MPICH: {mpich}), with PARSIM_NATIVE_MPI=0: {runs['0'][0]}"
-    elif runs["1"][1:3] != runs["0"][1:3]:
-        bad = f"bytes and messages {runs['1'][1:3]} != {runs['0'][1:3]} on rank {comm.rank}"
-    elif comm.rank == 0 and not (_same(runs["1"][3], ref) and _same(runs["0"][3], ref)):
-        bad = f"{comm.size} ranks differ from the serial run"
+    if [r[4] > 0 for r in runs.values()] != [mpich, False, False]:
+        bad = f"steps speculated: {[r[4] for r in runs.values()]} (MPICH: {mpich})"
+    elif runs["spec"][0] != mpich or runs["mpi4py"][0]:
+        bad = (f"kernels' MPI used: {runs['spec'][0]} (MPICH: {mpich}), with "
+               f"PARSIM_NATIVE_MPI=0: {runs['mpi4py'][0]}")
+    elif runs["kernels"][1:3] != runs["mpi4py"][1:3]:
+        bad = f"bytes, messages {runs['kernels'][1:3]} != {runs['mpi4py'][1:3]} on rank {comm.rank}"
+    elif comm.rank == 0 and not all(_same(r[3], ref) for r in runs.values()):
+        bad = f"{comm.size} ranks differ from the serial run: " + str(
+            [w for w, r in runs.items() if not _same(r[3], ref)])
     bad = comm.allgather(bad)
     _verdict(comm, not any(bad), str([b for b in bad if b]))

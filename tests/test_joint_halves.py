@@ -416,8 +416,11 @@ def test_ranks_joint_pass_bitwise(comm, periodic, box):
 @pytest.mark.parametrize("periodic", [False, True], ids=["walled", "periodic"])
 def test_ranks_drift_bound_holds_every_step(comm, monkeypatch, periodic):
     """In Simulation._advance, every joint drift's displacement (this rank's) is at most the
-    bound the preceding check's reduction returned, whenever that bound was used (finite)."""
+    bound the preceding check's reduction returned, whenever that bound was used (finite).
+    Without speculation: a speculating step carries its check on the next refresh, with the
+    exact displacement instead of a bound."""
     sim = _pile(comm=comm, periodic=periodic)
+    sim.speculate = False
     seen = {"ahead": np.inf, "used": 0, "bad": []}
     _record_ahead(monkeypatch, sim, seen)
     builds = I.both_halves
@@ -450,6 +453,39 @@ def test_ranks_bound_only_joint_pass_gives_the_serial_bits(comm, monkeypatch, pe
     _verdict_serial(comm, sim, ref)
     _verdict(comm, not seen["bad"], f"bounds broken: {seen['bad'][:5]}")
     _verdict(comm, seen["free"] > 100, f"only {seen['free']} passes skipped the displacement")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("step,box", [(2, False), (120, False), (121, False), (120, True)],
+                         ids=["second_step", "rebuild_step", "after_rebuild", "rebuild_capsule"])
+def test_ranks_replay_after_a_speculated_step_stops_with_the_serial_state(comm, step, box):
+    """With speculation (the check of a step rides on the next refresh) the ranks that did not
+    fail are one step ahead when they learn of the failure; they go back to the state kept at
+    the start or the last rebuild (step 120 is one) and run again: every rank raises the serial
+    message at the failing step, with the serial state, bit for bit, also when the failing step
+    is a rebuild's or the one after, and with a capsule (no joint pass on its rank)."""
+    from mpi4py import MPI
+
+    ref = None
+    if comm.rank == 0:
+        s = _pile(comm=None, box=box)
+        _poison(s, uid=77, step=step)
+        ref = (_fail(s, 300, False), s.state())
+    quiet_barrier(comm)
+    sim = _pile(comm=comm, box=box)
+    _poison(sim, uid=77, step=step)
+    msg = _fail(sim, 300, False)
+    got = sim.state(gather=True)
+    ok = True
+    if comm.rank == 0:
+        ok = re.sub(r" \[rank \d+\]$", "", msg) == ref[0] and all(
+            np.array_equal(np.asarray(got[k]).view(np.uint8), np.asarray(ref[1][k]).view(np.uint8))
+            for k in ref[1])
+    msgs = comm.allgather(msg)
+    replays = 1 if MPI.Get_library_version().startswith("MPICH") else 0
+    _verdict(comm, ok and len(set(msgs)) == 1 and sim.step_count == step
+             and sim.replays == replays,
+             f"messages {set(msgs)}, step {sim.step_count}, replays {sim.replays}")
 
 
 @pytest.mark.mpi(min_size=2)
