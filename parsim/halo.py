@@ -48,6 +48,9 @@ STATE_WIDTH = 13
 SPHERE_WIDTH = 9
 
 
+_NO_SLOTS = np.empty(0, dtype=np.int64)
+
+
 class MigrationError(RuntimeError):
     """A body moved further than one block between two rebuilds."""
 
@@ -107,6 +110,34 @@ def _copy_rows(src, dst, position, orientation, velocity, angular_velocity, turn
             i = 4 * src[k]
             j = 4 * dst[k]
             q[j], q[j + 1], q[j + 2], q[j + 3] = q[i], q[i + 1], q[i + 2], q[i + 3]
+
+
+@njit(cache=True)
+def _leaving(n, flags, position, cuts, d, c, up_to, down_to, out):
+    """Where each of the first ``n`` (owned) bodies goes along axis ``d`` at a migration:
+    ``out[i]`` 0 stays (or is replicated), 1 to the lower neighbour (block coordinate
+    ``down_to``), 2 to the upper one (``up_to``; first when both are the same block), 3
+    further (an error). The block coordinate as :meth:`Decomposition.owner_coords`. Returns
+    the counts of 1, 2 and 3. One pass without temporaries: the numpy masks it replaces cost
+    about 120 us per rebuild of 8,000 bodies on 2 ranks (fresh arrays), this a few."""
+    n_down = n_up = n_far = 0
+    for i in range(n):
+        out[i] = 0
+        if flags[i] & REPLICATED:
+            continue
+        o = np.searchsorted(cuts, position[i, d], side="right")
+        if o == c:
+            continue
+        if o == up_to:
+            out[i] = 2
+            n_up += 1
+        elif o == down_to:
+            out[i] = 1
+            n_down += 1
+        else:
+            out[i] = 3
+            n_far += 1
+    return n_down, n_up, n_far
 
 
 @njit(cache=True)
@@ -232,6 +263,7 @@ class Halo:
         #: per axis: (send_down, send_up, first slot from below, first from above, end)
         self.plan = []
         self.local = None          # (src, dst) when the refresh needs no message
+        self._where = np.empty(0, dtype=np.int8)   # migration: where each owned body goes
         self.program = []          # the refresh, step by step (see _program)
         self.migrated = 0          # bodies this rank sent away at the last rebuild
         self.migrated_total = 0    # ... and over the run
@@ -519,6 +551,11 @@ class Halo:
             tm[2] += time.perf_counter() - t2
 
     # ---- migration ---------------------------------------------------------------------------
+    @staticmethod
+    def _rows(st: BodyStorage, slots: np.ndarray) -> np.ndarray:
+        """``st.pack_rows(slots)``, and nothing to do for no slot."""
+        return st.pack_rows(slots) if slots.size else np.empty((0, ROW_WORDS), dtype=np.int64)
+
     def migrate(self, st: BodyStorage, nl) -> str | None:
         """Hand owned bodies that left the block to their new owners (requires no shadows).
         Returns an error message (a body moved more than one block) or None."""
@@ -530,25 +567,27 @@ class Halo:
             if n == 1:
                 continue
             no = st.n_owned
-            finite = (st.flags[:no] & REPLICATED) == 0
-            owner = dec.owner_coords(st.position[:no])[:, d]
             c = dec.coords[d]
             up_to = (c + 1) % n if dec.periodic[d] else c + 1
             down_to = (c - 1) % n if dec.periodic[d] else c - 1
-            up = finite & (owner == up_to) & (owner != c)
-            down = finite & (owner == down_to) & ~up & (owner != c)
-            far = finite & (owner != c) & ~up & ~down
-            if far.any() and error is None:
-                i = int(np.flatnonzero(far)[0])
+            if self._where.shape[0] < no:
+                self._where = np.empty(2 * no, dtype=np.int8)
+            where = self._where[:no]
+            k_down, k_up, k_far = _leaving(no, st.flags, st.position, dec.cuts[d], d, c, up_to,
+                                           down_to, where)
+            if k_far and error is None:
+                i = int(np.flatnonzero(where == 3)[0])
                 error = (f"body uid {int(st.uid[i])} at {tuple(st.position[i])} moved more than "
                          f"one block along {'xyz'[d]} between two neighbour-list rebuilds (its "
                          f"block: {dec.describe()}); the time step is too large")
-            s_down = np.flatnonzero(down)
-            s_up = np.flatnonzero(up)
-            rec_down, rec_up = st.pack_rows(s_down), st.pack_rows(s_up)
+            # (most rebuilds move no body: no packing, removal or history for nobody)
+            s_down = np.flatnonzero(where == 1) if k_down else _NO_SLOTS
+            s_up = np.flatnonzero(where == 2) if k_up else _NO_SLOTS
+            rec_down, rec_up = self._rows(st, s_down), self._rows(st, s_up)
             h_down = nl.export_history(st.uid[s_down]) if nl is not None else None
             h_up = nl.export_history(st.uid[s_up]) if nl is not None else None
-            st.remove_owned(np.concatenate([s_down, s_up]))
+            if k_down + k_up:
+                st.remove_owned(np.concatenate([s_down, s_up]))
             self.migrated += s_down.size + s_up.size
             self.migrated_total += s_down.size + s_up.size
             got_down, got_up = net.exchange(d, dec.down[d], dec.up[d], rec_down, rec_up, ROW)
@@ -558,7 +597,8 @@ class Halo:
                 from .neighbours import HISTORY
 
                 hd, hu = net.exchange(d, dec.down[d], dec.up[d], h_down, h_up, HISTORY)
-                nl.import_history(np.concatenate([hd, hu]))
+                if hd.size + hu.size:
+                    nl.import_history(np.concatenate([hd, hu]))
         return net.first_error(error)
 
 

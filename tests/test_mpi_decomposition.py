@@ -307,6 +307,29 @@ def test_blocks_thinner_than_the_halo_get_an_error_with_the_skin_that_fits(comm)
     assert _same_on_every_rank(comm, _stop(scene(0.39), 10)) == (None, 10)
 
 
+@pytest.mark.mpi(min_size=3)
+def test_a_body_jumping_over_a_block_gets_an_error_on_every_rank(comm):
+    """A body that moves more than one block between two rebuilds (one step of 0.6 across
+    blocks 0.5 wide, walled along x) cannot be handed over: every rank raises the same error
+    naming it. Slower, the same bodies cross into the next block and migrate, without error."""
+
+    def scene(speed):
+        sim = Simulation(dt=1e-4, domain=((0, 0, 0), (0.5 * comm.size, 1, 1)),
+                         periodic=(False, True, True), skin=0.01, comm=comm,
+                         blocks=(comm.size, 1, 1))
+        sim.add_material("m", density=1000.0, restitution=0.7, collision_time=2e-3)
+        sim.add_sphere((0.45, 0.25, 0.5), 0.02, "m", velocity=(speed, 0, 0))   # uid 0
+        sim.add_sphere((0.49, 0.75, 0.5), 0.02, "m", velocity=(100.0, 0, 0))  # uid 1
+        return sim
+
+    got = _same_on_every_rank(comm, _stop(scene(6000.0), 3))
+    assert isinstance(got, tuple) and got[0] is not None, got
+    assert "body uid 0 at " in got[0] and "moved more than one block along x" in got[0], got
+    slow = scene(100.0)
+    assert _same_on_every_rank(comm, _stop(slow, 3)) == (None, 3)
+    assert sum(comm.allgather(slow.halo.migrated_total)) >= 1
+
+
 @pytest.mark.mpi(min_size=2)
 def test_ownership_check_with_an_error_on_one_rank_stops_every_rank(comm):
     """With ``check_ownership`` on, a body leaving the walled domain (outflow 'error') on one
