@@ -290,7 +290,8 @@ class Simulation:
         self._restored = None                        # springs loaded from a checkpoint
         self._restart_exact = False                  # next setup continues a checkpoint
         #: whether steps on several ranks may carry their end-of-step check on the next
-        #: step's refresh (see :meth:`_speculates`); off, every step reduces its check
+        #: step's refresh (see :meth:`_speculates`); off, every step reduces its check. Set it
+        #: alike on every rank (it decides which messages a step exchanges)
         self.speculate = True
         self._snap = None                            # the state a replay starts from
         #: steps whose check rode on the next refresh (speculation), and replays

@@ -13,7 +13,8 @@ microseconds of:
 * check: the end-of-step check (its reduction waits for the slowest rank).
 
 Compare one rank with two: the segments that grow are work running slower, the meeting points
-that grow are waiting. Steps with a rebuild are not counted (they refresh nothing).
+that grow are waiting. The runs here turn speculation off (``sim.speculate = False``): with it,
+on grids of a few blocks the check rides on the next refresh and a step has one meeting point. Steps with a rebuild are not counted (they refresh nothing).
 
 On several ranks a second table splits each meeting point (the ranks' n-th refresh, the n-th
 check) into the wait for the last rank to arrive and what follows that arrival (the message's
@@ -88,6 +89,9 @@ def main() -> None:
     p = comm.Get_size()
     case = {"scenario": "S1w", "n_side": a.n_side, "tiles": [p, 1, 1], "blocks": [p, 1, 1]}
     sim, n = bench_scaling.build(case, comm)
+    # the two meeting points of a step: without speculation, which lets small grids carry the
+    # check on the next refresh (one meeting, see parsim.Simulation._speculates)
+    sim.speculate = False
     sim.run(a.warm)
     events = np.zeros((2 * a.steps + 16, 3))
     count = [0]
