@@ -282,7 +282,8 @@ class Halo:
         # the refresh's seconds (pack, exchange, unpack; then two words for the kernel's clock),
         # then the two check values of the messages (see _run_program)
         self._tim = np.zeros(7)
-        #: the check values the native refresh carries (:meth:`refresh_and_agree`)
+        #: the two check values the kernels' refresh carries (set before :meth:`refresh`, the
+        #: largest over the ranks after it; see ``Simulation._advance``)
         self.flags = self._tim[5:]
         #: seconds spent in the per-step shadow refresh: packing, the exchange (sending and
         #: waiting for the neighbours), unpacking (a mapping; setting a value resets it)
@@ -614,6 +615,7 @@ def warm_up() -> None:
                True)
     _prune_copies(slots, slots + 1, np.zeros(16, dtype=np.bool_), np.zeros(1, dtype=np.bool_))
     st.append_shadow_rows(st.pack_rows(slots))
+    _leaving(1, st.flags, st.position, np.zeros(1), 0, 0, 1, 1, np.zeros(1, dtype=np.int8))
     _warm_up_native(st)
 
 
@@ -635,6 +637,9 @@ def _warm_up_native(st: BodyStorage) -> None:
     hr[:4] = h
     x = np.zeros(2)
     nm.pair_max(x, x.copy(), MPI.PROC_NULL, _TAG, h)
+    alone = h.copy()                  # a reduction over this rank only
+    alone[nm.COMM] = np.uint32(MPI._handleof(MPI.COMM_SELF) % 2**32).view(np.int32)
+    nm.all_max(x, x.copy(), alone)
     ops = np.zeros((1, 12), dtype=np.int64)
     ops[0, _KIND], ops[0, _DOWN], ops[0, _UP], ops[0, _WIDTH] = _PAIR, NONE, NONE, SPHERE_WIDTH
     _run_program(ops, np.empty(0, dtype=np.int64), np.zeros(8), hr, np.zeros(7), st.position,
