@@ -64,39 +64,35 @@ def sendrecv(out, inbuf, peer, tag, h) -> int:
                      h[COMM], _STATUS_IGNORE)
 
 
+@njit(cache=True, inline="always")
+def _post(send, addr, nbytes, peer, tag, h, req) -> int:
+    if send:
+        return _ISEND(addr, nbytes, h[BYTE], peer, tag, h[COMM], req)
+    return _IRECV(addr, nbytes, h[BYTE], peer, tag, h[COMM], req)
+
+
 @njit(cache=True)
 def exchange(out, n_first, inbuf, n_from_down, down, up, t_up, t_down, none, reqs, h) -> int:
     """:meth:`parsim.comm.Net.exchange_fixed` on flat float64 buffers: ``out[:n_first]`` to the
     lower neighbour and the rest to the upper one, ``inbuf[:n_from_down]`` from the lower and
     the rest from the upper (``none``: no neighbour; empty parts are not sent). ``reqs``: four
     int32 request handles. Returns MPI's error code."""
-    k = 0
-    byte, comm = h[BYTE], h[COMM]
     item = inbuf.itemsize
-    nd, nu = n_from_down, inbuf.size - n_from_down
-    if down != none and nd:
-        e = _IRECV(inbuf.ctypes.data, nd * item, byte, down, t_up, comm, reqs[k:].ctypes.data)
-        if e:
-            return e
-        k += 1
-    if up != none and nu:
-        e = _IRECV(inbuf.ctypes.data + nd * item, nu * item, byte, up, t_down, comm,
-                   reqs[k:].ctypes.data)
-        if e:
-            return e
-        k += 1
-    sd, su = n_first, out.size - n_first
-    if down != none and sd:
-        e = _ISEND(out.ctypes.data, sd * item, byte, down, t_down, comm, reqs[k:].ctypes.data)
-        if e:
-            return e
-        k += 1
-    if up != none and su:
-        e = _ISEND(out.ctypes.data + sd * item, su * item, byte, up, t_up, comm,
-                   reqs[k:].ctypes.data)
-        if e:
-            return e
-        k += 1
+    k = 0
+    for j in range(4):                  # the receives first: from below, from above; sends
+        send, lower = j >= 2, j % 2 == 0
+        peer = down if lower else up
+        buf, first = (out, n_first) if send else (inbuf, n_from_down)
+        tag = (t_down if lower else t_up) if send else (t_up if lower else t_down)
+        start = 0 if lower else first
+        count = first if lower else buf.size - first
+        if peer != none and count:
+            # (addresses as int64: uint64 plus int64 would be a float64 in numba)
+            e = _post(send, np.int64(buf.ctypes.data) + start * item, count * item, peer, tag,
+                      h, np.int64(reqs[k:].ctypes.data))
+            if e:
+                return e
+            k += 1
     if k == 0:
         return SUCCESS
     return _WAITALL(k, reqs.ctypes.data, _STATUS_IGNORE)

@@ -131,6 +131,18 @@ def _gas(comm=None, pruning=True):
     return sim
 
 
+def _gas_reference(comm, steps: int = 300):
+    """The serial run's state of :func:`_gas` after ``steps`` steps, on rank 0 (None elsewhere;
+    the other ranks sleep meanwhile)."""
+    ref = None
+    if comm.rank == 0:
+        s = _gas()
+        s.run(steps)
+        ref = s.state()
+    quiet_barrier(comm)
+    return ref
+
+
 def _same(a, b) -> bool:
     return all(np.array_equal(np.asarray(a[k]).view(np.uint8), np.asarray(b[k]).view(np.uint8))
                for k in a)
@@ -155,12 +167,7 @@ def test_pruned_refresh_leaves_out_unread_shadows_and_changes_no_bit():
 def test_ranks_pruned_refresh_sends_less_and_gives_the_serial_bits(comm):
     """On several ranks the pruned refresh sends fewer bytes than the full one, every shadow a
     pair reads equals its original, and the final state is the serial run's, bit for bit."""
-    ref = None
-    if comm.rank == 0:
-        s = _gas()
-        s.run(300)
-        ref = s.state()
-    quiet_barrier(comm)
+    ref = _gas_reference(comm)
     runs = []
     for pruning in (False, True):
         sim = _gas(comm, pruning)
@@ -207,12 +214,7 @@ def test_ranks_refresh_and_check_from_kernels_or_mpi4py_give_the_serial_bits(com
     the refresh sends what mpi4py's sends. Every way gives the serial run's bits."""
     from mpi4py import MPI
 
-    ref = None
-    if comm.rank == 0:
-        s = _gas()
-        s.run(300)
-        ref = s.state()
-    quiet_barrier(comm)
+    ref = _gas_reference(comm)
     runs = {}
     for way, native, speculate in (("spec", "1", True), ("kernels", "1", False),
                                    ("mpi4py", "0", True)):

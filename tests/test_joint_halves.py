@@ -456,14 +456,19 @@ def test_ranks_bound_only_joint_pass_gives_the_serial_bits(comm, monkeypatch, pe
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("step,box", [(2, False), (120, False), (121, False), (120, True)],
-                         ids=["second_step", "rebuild_step", "after_rebuild", "rebuild_capsule"])
-def test_ranks_replay_after_a_speculated_step_stops_with_the_serial_state(comm, step, box):
-    """With speculation (the check of a step rides on the next refresh) the ranks that did not
-    fail are one step ahead when they learn of the failure; they go back to the state kept at
-    the start or the last rebuild (step 120 is one) and run again: every rank raises the serial
-    message at the failing step, with the serial state, bit for bit, also when the failing step
-    is a rebuild's or the one after, and with a capsule (no joint pass on its rank)."""
+@pytest.mark.parametrize("step,box", [(2, False), (120, False), (121, False), (137, False),
+                                      (120, True)],
+                         ids=["second_step", "rebuild_step", "after_rebuild", "joint_pass",
+                              "rebuild_capsule"])
+def test_ranks_stop_together_with_the_serial_state(comm, step, box):
+    """The force on one body becomes NaN in step ``step`` on the rank that owns it (in step
+    137 the others were about to take the joint pass). All ranks raise the serial run's
+    message (plus the failing rank's number), with the serial state at the end of that step,
+    bit for bit. With speculation (the check of a step rides on the next refresh) the ranks
+    that did not fail are one step ahead when they learn of it; they go back to the state kept
+    at the start or the last rebuild (step 120 is one) and run again (one replay), also when
+    the failing step is a rebuild's or the one after, and with a capsule (no joint pass on its
+    rank)."""
     from mpi4py import MPI
 
     ref = None
@@ -486,29 +491,3 @@ def test_ranks_replay_after_a_speculated_step_stops_with_the_serial_state(comm, 
     _verdict(comm, ok and len(set(msgs)) == 1 and sim.step_count == step
              and sim.replays == replays,
              f"messages {set(msgs)}, step {sim.step_count}, replays {sim.replays}")
-
-
-@pytest.mark.mpi(min_size=2)
-def test_ranks_stop_together_with_the_serial_state(comm):
-    """The force on one body becomes NaN in step 137 on the rank that owns it; the others
-    were about to take the joint pass. All ranks raise the serial run's message (plus the
-    failing rank's number), and the
-    gathered state is the serial run's state at the end of step 137, bit for bit."""
-    ref = None
-    if comm.rank == 0:
-        s = _pile(comm=None)
-        _poison(s, uid=77, step=137)
-        ref = (_fail(s, 400, False), s.state())
-    quiet_barrier(comm)
-    sim = _pile(comm=comm)
-    _poison(sim, uid=77, step=137)
-    msg = _fail(sim, 400, False)
-    got = sim.state(gather=True)
-    ok = True
-    if comm.rank == 0:
-        ok = re.sub(r" \[rank \d+\]$", "", msg) == ref[0] and all(
-            np.array_equal(np.asarray(got[k]).view(np.uint8), np.asarray(ref[1][k]).view(np.uint8))
-            for k in ref[1])
-    msgs = comm.allgather(msg)
-    _verdict(comm, ok and len(set(msgs)) == 1 and sim.step_count == 137,
-             f"messages {set(msgs)}, step {sim.step_count}")
