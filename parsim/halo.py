@@ -552,11 +552,6 @@ class Halo:
             tm[2] += time.perf_counter() - t2
 
     # ---- migration ---------------------------------------------------------------------------
-    @staticmethod
-    def _rows(st: BodyStorage, slots: np.ndarray) -> np.ndarray:
-        """``st.pack_rows(slots)``, and nothing to do for no slot."""
-        return st.pack_rows(slots) if slots.size else np.empty((0, ROW_WORDS), dtype=np.int64)
-
     def migrate(self, st: BodyStorage, nl) -> str | None:
         """Hand owned bodies that left the block to their new owners (requires no shadows).
         Returns an error message (a body moved more than one block) or None."""
@@ -584,7 +579,7 @@ class Halo:
             # (most rebuilds move no body: no packing, removal or history for nobody)
             s_down = np.flatnonzero(where == 1) if k_down else _NO_SLOTS
             s_up = np.flatnonzero(where == 2) if k_up else _NO_SLOTS
-            rec_down, rec_up = self._rows(st, s_down), self._rows(st, s_up)
+            rec_down, rec_up = st.pack_rows(s_down), st.pack_rows(s_up)
             h_down = nl.export_history(st.uid[s_down]) if nl is not None else None
             h_up = nl.export_history(st.uid[s_up]) if nl is not None else None
             if k_down + k_up:
