@@ -632,9 +632,7 @@ def _warm_up_native(st: BodyStorage) -> None:
     hr[:4] = h
     x = np.zeros(2)
     nm.pair_max(x, x.copy(), MPI.PROC_NULL, _TAG, h)
-    alone = h.copy()                  # a reduction over this rank only
-    alone[nm.COMM] = np.uint32(MPI._handleof(MPI.COMM_SELF) % 2**32).view(np.int32)
-    nm.all_max(x, x.copy(), alone)
+    nm.all_max(x, x.copy(), nm.handles(MPI, MPI.COMM_SELF))   # over this rank only
     ops = np.zeros((1, 12), dtype=np.int64)
     ops[0, _KIND], ops[0, _DOWN], ops[0, _UP], ops[0, _WIDTH] = _PAIR, NONE, NONE, SPHERE_WIDTH
     _run_program(ops, np.empty(0, dtype=np.int64), np.zeros(8), hr, np.zeros(7), st.position,
