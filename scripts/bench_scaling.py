@@ -29,8 +29,8 @@ communication (the per-step allreduce of the largest displacement), checks (incl
 allreduce), bytes and messages sent to neighbours (``sim.net``; per-step refreshes plus
 rebuild-time shadow creation and migration), shadow copies per owned body (all, and those received
 from other ranks), migrations, rebuilds and memory per body. The untimed part: building the
-state, loading the kernels (a throw-away copy of the case runs 3 steps; S1w also runs ``--warm``
-steps), and the neighbour-list setup (``Simulation._setup``, as the peers' ``Loop time`` excludes
+state, loading the kernels (:func:`parsim.warmup.compile_kernels` in every worker, then a
+throw-away copy of the case runs 3 steps; S1w also runs ``--warm`` steps), and the neighbour-list setup (``Simulation._setup``, as the peers' ``Loop time`` excludes
 their setup).
 
 Runs of all configurations, the peers' included, are interleaved (repeat 1 of everything, then
@@ -199,6 +199,11 @@ def worker(case: dict) -> dict | None:
     import numba
 
     comm = MPI.COMM_WORLD
+    # every kernel loaded before the timed loop, also those a run first needs late (the hash
+    # grid's removal, first called after 5,000 steps of the 8,000-sphere gas: a few ms to load
+    # from the cache, or half a second to compile, inside the loop until 2026-11-29)
+    from parsim import warmup
+    warmup.compile_kernels()
     t_build = time.perf_counter()
     sim, n = build(case, comm)
     t_build = time.perf_counter() - t_build
@@ -340,9 +345,11 @@ class Launcher:
 
 
 def compile_kernels(case: dict) -> None:
-    """Serial: run a small case (no MPI) and call the multi-rank halo kernels once."""
-    from parsim import halo
+    """Serial: compile what a run may call (:func:`parsim.warmup.compile_kernels`), run a small
+    case (no MPI) and call the multi-rank halo kernels once."""
+    from parsim import halo, warmup
 
+    warmup.compile_kernels()
     sim, _ = build(case, None)
     sim.run(case["steps"])
     halo.warm_up()
