@@ -30,8 +30,8 @@ allreduce), bytes and messages sent to neighbours (``sim.net``; per-step refresh
 rebuild-time shadow creation and migration), shadow copies per owned body (all, and those received
 from other ranks), migrations, rebuilds and memory per body. The untimed part: building the
 state, loading the kernels (:func:`parsim.warmup.compile_kernels` in every worker, then a
-throw-away copy of the case runs 3 steps; S1w also runs ``--warm`` steps), and the neighbour-list setup (``Simulation._setup``, as the peers' ``Loop time`` excludes
-their setup).
+throw-away copy of the case runs 3 steps; S1w also runs ``--warm`` steps), and the
+neighbour-list setup (``Simulation._setup``, as the peers' ``Loop time`` excludes their setup).
 
 Runs of all configurations, the peers' included, are interleaved (repeat 1 of everything, then
 repeat 2, ...) and the fastest repeat of each is reported (with the median), because a shared
@@ -345,14 +345,13 @@ class Launcher:
 
 
 def compile_kernels(case: dict) -> None:
-    """Serial: compile what a run may call (:func:`parsim.warmup.compile_kernels`), run a small
-    case (no MPI) and call the multi-rank halo kernels once."""
-    from parsim import halo, warmup
+    """Serial: compile what a run may call (:func:`parsim.warmup.compile_kernels`, the
+    multi-rank halo kernels included), then run a small case (no MPI)."""
+    from parsim import warmup
 
     warmup.compile_kernels()
     sim, _ = build(case, None)
     sim.run(case["steps"])
-    halo.warm_up()
 
 
 def _peer_on_ranks(tool: str, scenario: str, n_side: int, steps: int, warm: int, ranks: int,
