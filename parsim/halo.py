@@ -359,8 +359,8 @@ class Halo:
           then those from above). ``whole``: the same rank is the neighbour on both sides
           (two blocks along a periodic axis), so one message goes each way, packed as [to up;
           to down], which that rank receives as its [from below; from above]. ``views``: the
-          four directions' parts of ``out`` and ``inbuf``;
-          ``run()`` exchanges them (:meth:`parsim.comm.Net.prepare_fixed`).
+          four directions' parts of ``out`` and ``inbuf``; ``run()`` exchanges them
+          (:meth:`parsim.comm.Net.prepare_fixed`; None with the kernels' MPI).
 
         :meth:`prune` then leaves out the copies nothing reads.
 
@@ -410,7 +410,9 @@ class Halo:
         else:
             views = (out[:n_first], out[n_first:], inbuf[:n_from_down], inbuf[n_from_down:])
         dec = self.dec
-        run = self.net.prepare_fixed(d, dec.down[d], dec.up[d], whole, out, inbuf, views)
+        # (with the kernels' MPI the refresh runs _run_program: no mpi4py call to prepare)
+        run = (None if self.net.native is not None else
+               self.net.prepare_fixed(d, dec.down[d], dec.up[d], whole, out, inbuf, views))
         return ("send", d, slots.astype(np.int64), out, inbuf, rows.astype(np.int64), whole,
                 views, n_first, n_from_down, run)
 

@@ -14,7 +14,8 @@ microseconds of:
 
 Compare one rank with two: the segments that grow are work running slower, the meeting points
 that grow are waiting. The runs here turn speculation off (``sim.speculate = False``): with it,
-on grids of a few blocks the check rides on the next refresh and a step has one meeting point. Steps with a rebuild are not counted (they refresh nothing).
+on grids of a few blocks the check rides on the next refresh and a step has one meeting point.
+Steps with a rebuild are not counted (they refresh nothing).
 
 On several ranks a second table splits each meeting point (the ranks' n-th refresh, the n-th
 check) into the wait for the last rank to arrive and what follows that arrival (the message's
